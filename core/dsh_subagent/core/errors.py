@@ -1,0 +1,94 @@
+"""The seam's one error type and its codes.
+
+Theory of operation
+-------------------
+1. Every failure the seam can name is a ``SubagentError`` carrying an ``ErrorCode``
+   (catalog ERR-0). Callers branch on ``code``, never on message text.
+2. The catalog's codes (ERR-1 .. ERR-17) are kept verbatim. DESIGN decision 1 restores
+   ``DURABILITY_FAILED``. The remaining codes are this port's: the upstream raises plain
+   errors for bad input (ERR-18), the project standards require a typed error that names
+   the offending field, raised before any side effect.
+3. Expected refusals (authority denied, notice dropped) are *data*, returned by the
+   decision functions; exceptions are for misuse and for failures the caller must see.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.Enum):
+    """Stable error codes. The value is the wire spelling."""
+
+    # Catalog section 16 (ERR-1 .. ERR-17), verbatim.
+    DUPLICATE_PROVIDER = "DUPLICATE_PROVIDER"
+    NO_PROVIDER = "NO_PROVIDER"
+    UNSUPPORTED_CAPABILITY = "UNSUPPORTED_CAPABILITY"
+    CONTINUATION_UNAVAILABLE = "CONTINUATION_UNAVAILABLE"
+    PERSISTENCE_UNAVAILABLE = "PERSISTENCE_UNAVAILABLE"
+    DUPLICATE_CHILD = "DUPLICATE_CHILD"
+    DRAINING = "DRAINING"
+    UNAUTHORIZED = "UNAUTHORIZED"
+    ACTIVATION_CLOSING = "ACTIVATION_CLOSING"
+    PARENT_UNAVAILABLE = "PARENT_UNAVAILABLE"
+    NOT_RESUMABLE = "NOT_RESUMABLE"
+    ACTIVATION_TEARDOWN_FAILED = "ACTIVATION_TEARDOWN_FAILED"
+    ACTIVATION_SETUP_REVOKED = "ACTIVATION_SETUP_REVOKED"
+    ACTIVATION_SETUP_RELEASE_FAILED = "ACTIVATION_SETUP_RELEASE_FAILED"
+    SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE = "SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE"
+    SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE = "SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE"
+    CANCELLED = "CANCELLED"
+    # DESIGN decision 1: a failed or unconfirmed final flush is reported, never hidden.
+    DURABILITY_FAILED = "DURABILITY_FAILED"
+    # This port's typed replacements for the upstream's plain errors (ERR-18).
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    DEPTH_LIMIT_EXCEEDED = "DEPTH_LIMIT_EXCEEDED"
+    CORRUPT_DESCRIPTOR = "CORRUPT_DESCRIPTOR"
+    UNSUPPORTED_DESCRIPTOR_VERSION = "UNSUPPORTED_DESCRIPTOR_VERSION"
+    CORRUPT_SESSION = "CORRUPT_SESSION"
+    # Misuse of a core machine: an event its current state does not accept.
+    ILLEGAL_TRANSITION = "ILLEGAL_TRANSITION"
+
+
+class SubagentError(Exception):
+    """A failure of the subagent seam.
+
+    ``code`` is the machine-readable classification, ``field`` names the offending input
+    field when the failure is about bad input, and ``cause`` chains an underlying failure.
+    """
+
+    code: ErrorCode
+    field: str | None
+    cause: BaseException | None
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        field: str | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.field = field
+        self.cause = cause
+        if cause is not None:
+            self.__cause__ = cause
+
+    @property
+    def message(self) -> str:
+        """The human-readable message (without the code prefix)."""
+        return str(self.args[0])
+
+    def __str__(self) -> str:
+        where = f" [{self.field}]" if self.field else ""
+        return f"{self.code.value}{where}: {self.args[0]}"
+
+    def __repr__(self) -> str:
+        return f"SubagentError({self.code.value!r}, {self.args[0]!r}, field={self.field!r})"
+
+
+def invalid(field: str, message: str) -> SubagentError:
+    """Shorthand for an ``INVALID_ARGUMENT`` error naming ``field``."""
+    return SubagentError(ErrorCode.INVALID_ARGUMENT, f"{field}: {message}", field=field)

@@ -1,0 +1,346 @@
+"""The seam's value vocabulary: ids, content, sources, headers, events, requests, results.
+
+Theory of operation
+-------------------
+1. Every value is a frozen attrs class (or an ``Enum``); same-process values are trusted and
+   borrowed as immutable (seed 000, "Service API"). Validation of hostile input happens at
+   process, persistence and model boundaries, in the functions that build these values.
+2. Ids are ``NewType`` strings: the core never mints them (no uuid, no randomness); ids,
+   clocks and randomness arrive as fields of events.
+3. Open vocabularies stay open: ``StopReason`` is a known ``KnownStop`` or an ``OtherStop``
+   extension value that every consumer treats as a failure (NOTICE-6, ONE-*).
+4. Names follow the seeds with Python spelling; JSON-facing spellings are kept in the
+   enum values (``"one-shot"``, ``"subagent-settled"``, ``"max-tokens"``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from typing import Final, NewType, TypeAlias
+
+import attrs
+
+SessionId = NewType("SessionId", str)
+MessageId = NewType("MessageId", str)
+RunId = NewType("RunId", str)
+EventId = NewType("EventId", str)
+
+JsonValue: TypeAlias = (
+    "bool | int | float | str | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
+)
+"""A lossless JSON value (no NaN/Infinity, string keys only)."""
+
+JsonObject: TypeAlias = Mapping[str, JsonValue]
+
+
+# --------------------------------------------------------------------------- content
+
+
+@attrs.frozen
+class TextBlock:
+    """A block of text content (user prompt, assistant output, notice text)."""
+
+    text: str
+
+
+@attrs.frozen
+class DataBlock:
+    """A structured (JSON) content block, e.g. a captured structured result."""
+
+    value: JsonValue
+
+
+ContentBlock: TypeAlias = TextBlock | DataBlock
+Content: TypeAlias = tuple[ContentBlock, ...]
+
+
+def text_of(content: Content) -> str:
+    """The concatenated text of ``content``'s text blocks."""
+    return "".join(block.text for block in content if isinstance(block, TextBlock))
+
+
+# --------------------------------------------------------------------------- stop reasons
+
+
+class KnownStop(enum.Enum):
+    """The stop reasons the seam knows (SubagentResult.stopReason)."""
+
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+    MAX_TOKENS = "max-tokens"
+    REFUSAL = "refusal"
+    ERROR = "error"
+
+
+@attrs.frozen
+class OtherStop:
+    """An extension stop reason the seam does not know; always treated as a failure."""
+
+    reason: str
+
+
+StopReason: TypeAlias = KnownStop | OtherStop
+
+
+def stop_reason_text(reason: StopReason) -> str:
+    """The wire spelling of a stop reason."""
+    return reason.value if isinstance(reason, KnownStop) else reason.reason
+
+
+def is_success(reason: StopReason) -> bool:
+    """Only ``completed`` is success; every other reason, known or not, is a failure."""
+    return reason is KnownStop.COMPLETED
+
+
+# --------------------------------------------------------------------------- message sources
+
+SUMMARY_LIMIT: Final = 120
+
+
+def bound_summary(summary: str) -> str:
+    """Bound a notice summary to 120 characters: the first 119 then an ellipsis (NOTICE-9).
+
+    post: len(__return__) <= 120
+    post: __return__ == summary or len(summary) > 120
+    """
+    if len(summary) <= SUMMARY_LIMIT:
+        return summary
+    return summary[: SUMMARY_LIMIT - 1] + "\u2026"
+
+
+class BaseSourceKind(enum.Enum):
+    """The harness's base message source kinds (HARNESS-13)."""
+
+    USER = "user"
+    PLUGIN = "plugin"
+    MODEL = "model"
+    TOOL = "tool"
+
+
+@attrs.frozen
+class BaseSource:
+    """A message supplied by the user, a plugin, the model or a tool."""
+
+    kind: BaseSourceKind = BaseSourceKind.USER
+
+
+@attrs.frozen
+class CoordinatorSource:
+    """A message relayed by another agent (``send_message``); grants no authority."""
+
+    sender_session_id: SessionId
+    form: str = "relay"
+
+
+@attrs.frozen
+class SubagentReportSource:
+    """A child-authored report relayed to its parent."""
+
+    sender_session_id: SessionId
+    form: str = "relay"
+
+
+@attrs.frozen
+class SubagentSettledSource:
+    """A runtime-written settlement notice about a child (never credited to the child)."""
+
+    sender_session_id: SessionId
+    summary: str = attrs.field(converter=bound_summary)
+    form: str = "notice"
+
+
+MessageSource: TypeAlias = (
+    BaseSource | CoordinatorSource | SubagentReportSource | SubagentSettledSource
+)
+
+USER_SOURCE: Final = BaseSource(BaseSourceKind.USER)
+
+
+@attrs.frozen
+class UserMessage:
+    """A user-role message: its id is its identity across inbox, log and model request."""
+
+    id: MessageId
+    content: Content
+    source: MessageSource = USER_SOURCE
+
+
+# --------------------------------------------------------------------------- sessions
+
+SESSION_VERSION: Final = 1
+
+
+class Origin(enum.Enum):
+    """Coarse navigation classifier of a session header (not proof of anything)."""
+
+    SUBAGENT = "subagent"
+
+
+@attrs.frozen
+class SessionHeader:
+    """The immutable header fields of a session (HARNESS-21)."""
+
+    id: SessionId
+    created_at: float = 0.0
+    version: int = SESSION_VERSION
+    cwd: str | None = None
+    parent_session: SessionId | None = None
+    seed_length: int | None = None
+    origin: Origin | None = None
+    delegation_depth: int | None = None
+    agent_preset: str | None = None
+
+
+@attrs.frozen
+class SessionEvent:
+    """One appended session log event (HARNESS-22)."""
+
+    type: str
+    seq: int
+    time: float
+    data: JsonValue = None
+
+
+# Session event type names the seam reads or writes.
+TURN_START: Final = "turn/start"
+TURN_END: Final = "turn/end"
+STEP_START: Final = "step/start"
+STEP_END: Final = "step/end"
+USER_MESSAGE: Final = "user/message"
+ASSISTANT_CHUNK: Final = "assistant/chunk"
+ASSISTANT_MESSAGE: Final = "assistant/message"
+TOOL_RESULT: Final = "tool/result"
+INBOX_SPLICED: Final = "agent/inbox/spliced"
+END_SEED: Final = "session/end-seed"
+SANDBOX_MODE: Final = "sandbox/mode"
+APPROVAL_POLICY: Final = "approval/policy"
+DESCRIPTOR_EVENT: Final = "subagent/descriptor"
+
+
+class TurnEndReason(enum.Enum):
+    """``turn/end`` reasons (HARNESS-22); ``interrupted`` is written only by repair."""
+
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+    BLOCKED = "blocked"
+    ERROR = "error"
+    MAX_TOKENS = "max-tokens"
+    INTERRUPTED = "interrupted"
+
+
+class CancelKind(enum.Enum):
+    """Agent cancel causes (HARNESS-6)."""
+
+    USER = "user"
+    PARENT = "parent"
+    HOOK = "hook"
+    DISPOSED = "disposed"
+
+
+# --------------------------------------------------------------------------- requests
+
+
+@attrs.frozen
+class SubagentCapabilities:
+    """Start-time features a provider supports; each maps to one start-request option."""
+
+    output_schema: bool = False
+    depth_limit: bool = False
+    tool_filter: bool = False
+    persona: bool = False
+
+
+@attrs.frozen
+class ToolFilter:
+    """A child's global-tool restriction: names to allow and/or deny."""
+
+    allow: tuple[str, ...] | None = None
+    deny: tuple[str, ...] | None = None
+
+
+@attrs.frozen
+class AgentOptions:
+    """The agent options the seam reads and overrides (HARNESS-1)."""
+
+    provider: str | None = None
+    model: str | None = None
+    max_tokens: int | None = None
+    subagent_depth: int | None = None
+
+
+@attrs.frozen
+class ParentRef:
+    """What a start request knows of its delegating parent."""
+
+    session_id: SessionId
+    cwd: str | None = None
+    delegation_depth: int = 0
+    options: AgentOptions = AgentOptions()
+
+
+@attrs.frozen
+class SubagentStartRequest:
+    """The shape of a one-shot start request (the signal is an adapter concern)."""
+
+    prompt: Content
+    parent: ParentRef
+    label: str | None = None
+    output_schema: JsonObject | None = None
+    max_depth: int | None = None
+    tool_filter: ToolFilter | None = None
+    persona: str | None = None
+    agent_options: AgentOptions | None = None
+
+
+@attrs.frozen
+class SubagentResult:
+    """A one-shot run's result: final output, optional structured value, stop reason."""
+
+    output: tuple[JsonValue, ...]
+    stop_reason: StopReason
+    structured: JsonValue = None
+    has_structured: bool = False
+
+
+# --------------------------------------------------------------------------- descriptor
+
+DESCRIPTOR_VERSION: Final = 2
+
+
+class Mode(enum.Enum):
+    """A child's lifecycle mode."""
+
+    ONE_SHOT = "one-shot"
+    CONTINUABLE = "continuable"
+
+
+@attrs.frozen
+class OneShotDescriptor:
+    """``subagent/descriptor`` payload of a one-shot child (DESC-2)."""
+
+    provider: str
+    label: str | None = None
+
+    @property
+    def mode(self) -> Mode:
+        return Mode.ONE_SHOT
+
+
+@attrs.frozen
+class ContinuableDescriptor:
+    """``subagent/descriptor`` payload of a continuable child (DESC-3)."""
+
+    provider: str
+    label: str
+    agent_provider: str | None = None
+    agent_model: str | None = None
+    persona: str | None = None
+    tool_filter: ToolFilter | None = None
+
+    @property
+    def mode(self) -> Mode:
+        return Mode.CONTINUABLE
+
+
+SubagentDescriptorData: TypeAlias = OneShotDescriptor | ContinuableDescriptor

@@ -1,0 +1,1 @@
+"""The executable specification: charts, invariant predicates and the traceability table."""
