@@ -34,9 +34,15 @@ def main() -> int:
         started = time.monotonic()
         proc = subprocess.run(
             [
-                sys.executable, "-m", "crosshair", "check", str(path),
-                "--max_uninteresting_iterations", MAX_UNINTERESTING,
-                "--per_condition_timeout", PER_CONDITION_TIMEOUT,
+                sys.executable,
+                "-m",
+                "crosshair",
+                "check",
+                str(path),
+                "--max_uninteresting_iterations",
+                MAX_UNINTERESTING,
+                "--per_condition_timeout",
+                PER_CONDITION_TIMEOUT,
             ],
             capture_output=True,
             text=True,

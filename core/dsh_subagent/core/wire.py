@@ -1,0 +1,257 @@
+"""The JSON shapes of session-event payloads, written and read through one definition.
+
+Theory of operation
+-------------------
+1. The reference agent loop writes, and the core's folds read, session events whose ``data``
+   is lossless JSON. Every shape the seam relies on is built by one function here, so the
+   writer and the readers cannot drift apart.
+2. Shapes (``data`` of each event type):
+
+   ==========================  =========================================================
+   ``turn/start``              ``{"turn": n}``
+   ``turn/end``                ``{"turn": n, "reason": r}`` with r one of ``TurnEndReason``
+                               values; ``aborted`` adds ``"cause": {"kind": k[, "reason"]}``,
+                               ``error`` adds ``"error": "<message>"``
+   ``step/start``/``step/end`` ``{}``
+   ``user/message``            ``{"message": <message>}``
+   ``assistant/chunk``         ``{"chunk": "<text>"}``
+   ``assistant/message``       ``{"message": {"content": [<block>...]}, "refusal": bool}``
+   ``tool/result``             ``{"tool": name, "callId": id, "content": [<block>...],
+                               "isError": bool}``
+   ``agent/inbox/spliced``     ``{"target": "next-turn"|"next-step", "start": i,
+                               "removedCount": n?, "inserted": [<message>...],
+                               "outcome": "canceled"?}``
+   ==========================  =========================================================
+
+   ``<block>`` is ``{"type": "text", "text": s}`` or ``{"type": "data", "value": v}``;
+   ``<message>`` is ``{"id": s, "content": [<block>...], "source": <source>}``;
+   ``<source>`` is ``{"kind": k, ...}`` with the sender/summary fields in camelCase.
+3. Decoders raise ``SubagentError(CORRUPT_SESSION)`` naming the field on a malformed payload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.values import (
+    BaseSource,
+    BaseSourceKind,
+    CancelKind,
+    Content,
+    ContentBlock,
+    CoordinatorSource,
+    DataBlock,
+    JsonObject,
+    JsonValue,
+    MessageId,
+    MessageSource,
+    SessionId,
+    SubagentReportSource,
+    SubagentSettledSource,
+    TextBlock,
+    TurnEndReason,
+    UserMessage,
+)
+
+
+def _corrupt(field: str, why: str) -> SubagentError:
+    return SubagentError(ErrorCode.CORRUPT_SESSION, f"{field}: {why}", field=field)
+
+
+# --------------------------------------------------------------------------- content
+
+
+def encode_block(block: ContentBlock) -> JsonObject:
+    """JSON form of a content block."""
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    return {"type": "data", "value": block.value}
+
+
+def encode_content(content: Content) -> list[JsonValue]:
+    """JSON form of a content tuple."""
+    return [encode_block(b) for b in content]
+
+
+def decode_block(value: JsonValue, field: str) -> ContentBlock:
+    """Parse one content block.
+
+    raises: SubagentError
+    """
+    if not isinstance(value, Mapping):
+        raise _corrupt(field, "content block is not an object")
+    kind = value.get("type")
+    if kind == "text" and isinstance(value.get("text"), str):
+        return TextBlock(str(value["text"]))
+    if kind == "data" and "value" in value:
+        return DataBlock(value["value"])
+    raise _corrupt(field, f"unknown content block {kind!r}")
+
+
+def decode_content(value: JsonValue, field: str) -> Content:
+    """Parse a content list.
+
+    raises: SubagentError
+    """
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise _corrupt(field, "content is not a list")
+    return tuple(decode_block(v, f"{field}[{i}]") for i, v in enumerate(value))
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def encode_source(source: MessageSource) -> JsonObject:
+    """JSON form of a message source."""
+    match source:
+        case BaseSource(kind=kind):
+            return {"kind": kind.value}
+        case CoordinatorSource(sender_session_id=sender, form=form):
+            return {"kind": "coordinator", "form": form, "senderSessionId": sender}
+        case SubagentReportSource(sender_session_id=sender, form=form):
+            return {"kind": "subagent-report", "form": form, "senderSessionId": sender}
+    assert isinstance(source, SubagentSettledSource)
+    return {
+        "kind": "subagent-settled",
+        "form": source.form,
+        "summary": source.summary,
+        "senderSessionId": source.sender_session_id,
+    }
+
+
+def decode_source(value: JsonValue, field: str) -> MessageSource:
+    """Parse a message source.
+
+    raises: SubagentError
+    """
+    if not isinstance(value, Mapping):
+        raise _corrupt(field, "source is not an object")
+    kind = value.get("kind")
+    sender = value.get("senderSessionId")
+    if kind in {k.value for k in BaseSourceKind}:
+        return BaseSource(BaseSourceKind(kind))
+    if not isinstance(sender, str):
+        raise _corrupt(f"{field}.senderSessionId", "missing sender session id")
+    if kind == "coordinator":
+        return CoordinatorSource(SessionId(sender))
+    if kind == "subagent-report":
+        return SubagentReportSource(SessionId(sender))
+    summary = value.get("summary")
+    if kind == "subagent-settled" and isinstance(summary, str):
+        return SubagentSettledSource(SessionId(sender), summary)
+    raise _corrupt(field, f"unknown source kind {kind!r}")
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def encode_message(message: UserMessage) -> JsonObject:
+    """JSON form of a user message."""
+    return {
+        "id": message.id,
+        "content": encode_content(message.content),
+        "source": encode_source(message.source),
+    }
+
+
+def decode_message(value: JsonValue, field: str) -> UserMessage:
+    """Parse a user message.
+
+    raises: SubagentError
+    """
+    if not isinstance(value, Mapping) or not isinstance(value.get("id"), str):
+        raise _corrupt(field, "message is not an object with a string id")
+    return UserMessage(
+        MessageId(str(value["id"])),
+        decode_content(value.get("content"), f"{field}.content"),
+        decode_source(value.get("source"), f"{field}.source"),
+    )
+
+
+# --------------------------------------------------------------------------- event data
+
+
+def turn_start_data(turn: int) -> JsonObject:
+    """``turn/start`` payload."""
+    return {"turn": turn}
+
+
+def turn_end_data(
+    turn: int,
+    reason: TurnEndReason,
+    *,
+    cause: CancelKind | None = None,
+    cause_reason: str | None = None,
+    error: str | None = None,
+) -> JsonObject:
+    """``turn/end`` payload; ``cause`` only for aborted turns, ``error`` only for errors."""
+    data: dict[str, JsonValue] = {"turn": turn, "reason": reason.value}
+    if reason is TurnEndReason.ABORTED:
+        kind = cause or CancelKind.USER
+        cause_obj: dict[str, JsonValue] = {"kind": kind.value}
+        if cause_reason is not None:
+            cause_obj["reason"] = cause_reason
+        data["cause"] = cause_obj
+    if reason is TurnEndReason.ERROR:
+        data["error"] = error or "error"
+    return data
+
+
+def turn_end_reason(data: JsonValue) -> TurnEndReason:
+    """The reason of a ``turn/end`` payload.
+
+    raises: SubagentError
+    """
+    if isinstance(data, Mapping):
+        reason = data.get("reason")
+        for member in TurnEndReason:
+            if member.value == reason:
+                return member
+    raise _corrupt("turn/end.reason", f"unknown turn end reason in {data!r}")
+
+
+def user_message_data(message: UserMessage) -> JsonObject:
+    """``user/message`` payload."""
+    return {"message": encode_message(message)}
+
+
+def assistant_chunk_data(chunk: str) -> JsonObject:
+    """``assistant/chunk`` payload."""
+    return {"chunk": chunk}
+
+
+def assistant_message_data(content: Content, *, refusal: bool = False) -> JsonObject:
+    """``assistant/message`` payload."""
+    return {"message": {"content": encode_content(content)}, "refusal": refusal}
+
+
+def tool_result_data(tool: str, call_id: str, content: Content, *, is_error: bool) -> JsonObject:
+    """``tool/result`` payload."""
+    return {
+        "tool": tool,
+        "callId": call_id,
+        "content": encode_content(content),
+        "isError": is_error,
+    }
+
+
+def splice_data(
+    target: str,
+    start: int,
+    *,
+    removed_count: int = 0,
+    inserted: Sequence[UserMessage] = (),
+    canceled: bool = False,
+) -> JsonObject:
+    """``agent/inbox/spliced`` payload (HARNESS-10)."""
+    data: dict[str, JsonValue] = {
+        "target": target,
+        "start": start,
+        "inserted": [encode_message(m) for m in inserted],
+    }
+    if removed_count:
+        data["removedCount"] = removed_count
+    if canceled:
+        data["outcome"] = "canceled"
+    return data
