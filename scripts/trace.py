@@ -1,7 +1,7 @@
 """Maintain spec/traceability.toml.
 
     python scripts/trace.py ids     # regenerate spec/catalog_ids.txt from ../shared/reference
-    python scripts/trace.py merge   # fold spec/trace_fragments/*.toml into the table
+    python scripts/trace.py merge [NAME...]  # fold spec/trace_fragments/*.toml (or NAME.toml)
 
 ``merge`` keeps every existing entry, lets a fragment entry replace the entry for its rule,
 and adds a ``planned`` entry (naming the issue that owns the rule's family) for any catalog
@@ -76,11 +76,30 @@ def _load(path: Path) -> dict[str, dict[str, object]]:
         return dict(tomllib.load(handle).get("rules", {}))
 
 
-def merge() -> None:
+RANK = {"implemented": 3, "deviates": 2, "partial": 1, "planned": 0}
+
+
+def combine(old: dict[str, object] | None, new: dict[str, object]) -> dict[str, object]:
+    """Merge two entries for one rule: the stronger status wins, tests are united, and the
+    notes of both are kept (a planned placeholder note is dropped once real work lands)."""
+    if old is None or str(old.get("note", "")).startswith("not yet built"):
+        return new
+    status = max(
+        str(old.get("status", "planned")), str(new.get("status", "planned")), key=RANK.__getitem__
+    )
+    tests = list(dict.fromkeys([*old.get("tests", []), *new.get("tests", [])]))  # type: ignore[misc]
+    notes = [str(e.get("note", "")) for e in (old, new) if e.get("status") == status]
+    return {"status": status, "tests": tests, "note": " ".join(n for n in notes if n)}
+
+
+def merge(names: list[str]) -> None:
     table = _load(TABLE) if TABLE.exists() else {}
     fragments = sorted(FRAGMENTS.glob("*.toml")) if FRAGMENTS.is_dir() else []
+    if names:
+        fragments = [f for f in fragments if f.stem in names]
     for fragment in fragments:
-        table.update(_load(fragment))
+        for rule, entry in _load(fragment).items():
+            table[rule] = combine(table.get(rule), entry)
     order = [
         line.split("\t")[0] for line in IDS.read_text().splitlines() if line and line[0] != "#"
     ]
@@ -111,4 +130,7 @@ def merge() -> None:
 
 
 if __name__ == "__main__":
-    {"ids": write_ids, "merge": merge}[sys.argv[1] if len(sys.argv) > 1 else "merge"]()
+    if sys.argv[1:2] == ["ids"]:
+        write_ids()
+    else:
+        merge(sys.argv[2:])
