@@ -1,0 +1,515 @@
+"""Session persistence: the protocol, its records, the shared row codec and an in-memory backend.
+
+Theory of operation
+-------------------
+1. A backend keeps, per session, one immutable header and an append-only event log
+   (HARNESS-20..23). Nothing committed is ever rewritten: an append must continue the log
+   exactly (its first ``seq`` is the current length) and the only write a read path makes is
+   the one ``turn/end`` that ``load`` appends to close an interrupted tail.
+2. Input is validated and encoded to rows (JSON text) before anything is written. Bad input
+   raises ``SubagentError(INVALID_ARGUMENT)`` naming the field (``header.seed_length``,
+   ``events[2].data.x``, ``events[0].seq``); bool is refused where an int is required, NaN,
+   infinities, lone surrogates and ints too long for ``json`` are refused.
+3. Both backends store the same rows and read them through the same decoder, so they behave
+   identically; the in-memory backend exists for fast tests. Damage found on read (JSON that
+   does not parse, a seq gap, a header that does not validate, a non-finite time) raises
+   ``SubagentError(CORRUPT_SESSION)`` naming the session and the seq.
+4. ``inspect`` never writes (HARNESS-23, LIST-16). ``load`` repairs: if the last ``turn/start``
+   has no later ``turn/end`` for that turn, it durably appends ``turn/end`` with reason
+   ``interrupted`` (the only writer of that reason, HARNESS-22) and returns the repaired log
+   (HARNESS-17). The repair's ``time`` is ``max(clock(), last event time)``.
+5. Headers are JSON objects with camelCase keys; optional fields that are ``None`` are omitted.
+   Events are ``{type, seq, time, data}`` with ``data`` as JSON text.
+6. The projection cache (HARNESS-26) is derived data keyed by session id: a row holds the
+   watermark ``as_of_seq`` (how many events the values fold, ``0 <= as_of_seq <= revision``) and
+   the values. A newer watermark replaces an older one, never the reverse. A damaged row raises
+   ``CORRUPT_SESSION``; a header that is not the stored lifecycle's header gets no row.
+7. Unknown ids raise ``LookupError``; any call after ``close`` raises
+   ``SubagentError(PERSISTENCE_UNAVAILABLE)``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final, NoReturn, Protocol, TypeAlias
+
+import attrs
+
+from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
+from dsh_subagent.core.jsonvalue import check_json, require_int, require_str
+from dsh_subagent.core.values import (
+    TURN_END,
+    TURN_START,
+    JsonValue,
+    Origin,
+    SessionEvent,
+    SessionHeader,
+    SessionId,
+    TurnEndReason,
+)
+from dsh_subagent.core.wire import turn_end_data
+
+Clock: TypeAlias = Callable[[], float]
+EventRow: TypeAlias = tuple[int, str, float, str]
+"""One stored event: ``(seq, type, time, data as JSON text)``."""
+
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+
+
+def epoch_ms() -> float:
+    """The default clock: milliseconds since the epoch (the unit of ``createdAt``)."""
+    return time.time() * 1000.0
+
+
+# --------------------------------------------------------------------------- records
+
+
+@attrs.frozen
+class SessionRecord:
+    """A persisted session: its header and its whole event log."""
+
+    header: SessionHeader
+    events: tuple[SessionEvent, ...]
+
+
+@attrs.frozen
+class SessionSnapshot:
+    """A persisted header with its revision (the number of persisted events)."""
+
+    header: SessionHeader
+    revision: int
+
+
+@attrs.frozen
+class CachedProjection:
+    """A projection-cache row: the values folded from the first ``as_of_seq`` events."""
+
+    as_of_seq: int
+    values: Mapping[str, JsonValue]
+
+
+class SessionPersistence(Protocol):
+    """Durable session storage (HARNESS-23)."""
+
+    async def list(self) -> builtins.list[SessionHeader]:
+        """Every stored header, in creation order."""
+        ...
+
+    async def list_snapshots(self) -> builtins.list[SessionSnapshot]:
+        """Every stored header with its revision, in creation order."""
+        ...
+
+    async def inspect(self, session_id: SessionId) -> SessionRecord:
+        """The stored session as it is; never mutates storage."""
+        ...
+
+    async def load(self, session_id: SessionId) -> SessionRecord:
+        """The stored session, after durably closing an interrupted tail turn."""
+        ...
+
+    async def create(self, header: SessionHeader, events: Sequence[SessionEvent]) -> None:
+        """Store a new session whose log starts at seq 0."""
+        ...
+
+    async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
+        """Append events that continue the stored log exactly."""
+        ...
+
+    async def close(self) -> None:
+        """Release the backend; later calls raise ``PERSISTENCE_UNAVAILABLE``."""
+        ...
+
+
+class ProjectionCache(Protocol):
+    """Durable projection checkpoints (HARNESS-26)."""
+
+    async def cached_snapshot(self, header: SessionHeader) -> CachedProjection | None:
+        """The cached values for this exact session lifecycle, or ``None``."""
+        ...
+
+    async def store_projection(
+        self, session_id: SessionId, as_of_seq: int, values: Mapping[str, JsonValue]
+    ) -> None:
+        """Record values folded from the first ``as_of_seq`` events of the session."""
+        ...
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def unknown_session(session_id: str) -> LookupError:
+    """The error for an id no session is stored under."""
+    return LookupError(f"unknown session {session_id!r}")
+
+
+def closed_error() -> SubagentError:
+    """The error for a call on a closed backend."""
+    return SubagentError(ErrorCode.PERSISTENCE_UNAVAILABLE, "session persistence is closed")
+
+
+def corrupt(session_id: str, field: str, why: str) -> SubagentError:
+    """A ``CORRUPT_SESSION`` error naming the session and the damaged field."""
+    return SubagentError(
+        ErrorCode.CORRUPT_SESSION, f"session {session_id!r} {field}: {why}", field=field
+    )
+
+
+# --------------------------------------------------------------------------- JSON text
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("duplicate object key")
+    return result
+
+
+def _plain(value: object) -> object:
+    """``json.dumps`` fallback for validated mappings and sequences that are not dict/list."""
+    return dict(value) if isinstance(value, Mapping) else list(value)  # type: ignore[call-overload]
+
+
+def to_json_text(value: object, field: str) -> str:
+    """Encode a lossless JSON value, or raise ``INVALID_ARGUMENT`` naming ``field``."""
+    check_json(value, field)
+    try:
+        return json.dumps(
+            value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_plain
+        )
+    except (ValueError, RecursionError) as error:  # an over-long int; nesting too deep
+        raise invalid(field, f"not encodable as JSON ({error})") from error
+
+
+def from_json_text(text: str, session_id: str, field: str) -> JsonValue:
+    """Decode stored JSON text, or raise ``CORRUPT_SESSION`` naming ``field``."""
+    try:
+        value: JsonValue = json.loads(
+            text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys
+        )
+        check_json(value, field)
+    except (ValueError, RecursionError, SubagentError) as error:
+        raise corrupt(session_id, field, f"not lossless JSON ({error})") from error
+    return value
+
+
+# --------------------------------------------------------------------------- headers
+
+
+def require_finite(value: object, field: str) -> float:
+    """Return ``value`` as a finite float, refusing bools, non-numbers, NaN and infinities."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise invalid(field, f"expected a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise invalid(field, f"{value!r} is not a finite number")
+    return float(value)
+
+
+def _optional_str(value: object, field: str) -> str | None:
+    return None if value is None else require_str(value, field)
+
+
+def _optional_id(value: object, field: str) -> SessionId | None:
+    return None if value is None else SessionId(require_str(value, field, non_empty=True))
+
+
+def _optional_count(value: object, field: str, *, maximum: int | None = None) -> int | None:
+    if value is None:
+        return None
+    count = require_int(value, field, minimum=0)
+    if maximum is not None and count > maximum:
+        raise invalid(field, f"must be <= {maximum}, got {count}")
+    return count
+
+
+def _build_header(get: Callable[[str], object], origin: Origin | None) -> SessionHeader:
+    """A header from validated fields (``get`` reads one by attribute name)."""
+    return SessionHeader(
+        id=SessionId(require_str(get("id"), "header.id", non_empty=True)),
+        created_at=require_finite(get("created_at"), "header.created_at"),
+        version=require_int(get("version"), "header.version", minimum=1),
+        cwd=_optional_str(get("cwd"), "header.cwd"),
+        parent_session=_optional_id(get("parent_session"), "header.parent_session"),
+        seed_length=_optional_count(get("seed_length"), "header.seed_length"),
+        origin=origin,
+        delegation_depth=_optional_count(
+            get("delegation_depth"), "header.delegation_depth", maximum=MAX_SAFE_INTEGER
+        ),
+        agent_preset=_optional_str(get("agent_preset"), "header.agent_preset"),
+    )
+
+
+def check_header(header: object) -> SessionHeader:
+    """Validate ``header``; return it normalised (``created_at`` as float).
+
+    Raises ``INVALID_ARGUMENT`` naming the first bad field (``header.seed_length``).
+    """
+    if not isinstance(header, SessionHeader):
+        raise invalid("header", f"expected a SessionHeader, got {type(header).__name__}")
+    if header.origin is not None and not isinstance(header.origin, Origin):
+        raise invalid("header.origin", f"expected an Origin, got {header.origin!r}")
+    return _build_header(lambda name: getattr(header, name), header.origin)
+
+
+_JSON_KEY: Final = {
+    "version": "version",
+    "id": "id",
+    "created_at": "createdAt",
+    "cwd": "cwd",
+    "parent_session": "parentSession",
+    "seed_length": "seedLength",
+    "origin": "origin",
+    "delegation_depth": "delegationDepth",
+    "agent_preset": "agentPreset",
+}
+
+
+def encode_header(header: SessionHeader) -> str:
+    """Validate ``header`` and encode it as a camelCase JSON object without ``None`` fields."""
+    normal = check_header(header)
+    obj: dict[str, JsonValue] = {}
+    for attribute, key in _JSON_KEY.items():
+        value = getattr(normal, attribute)
+        if value is not None:
+            obj[key] = value.value if isinstance(value, Origin) else value
+    return to_json_text(obj, "header")
+
+
+def decode_header(session_id: str, text: str) -> SessionHeader:
+    """Decode a stored header, or raise ``CORRUPT_SESSION`` naming the bad field."""
+    obj = from_json_text(text, session_id, "header")
+    if not isinstance(obj, dict):
+        raise corrupt(session_id, "header", "not a JSON object")
+    extra = sorted(set(obj) - set(_JSON_KEY.values()))
+    if extra:
+        raise corrupt(session_id, "header", f"unknown keys {extra}")
+    origin_text = obj.get("origin")
+    origin = None
+    if origin_text is not None:
+        known = {o.value: o for o in Origin}
+        if not isinstance(origin_text, str) or origin_text not in known:
+            raise corrupt(session_id, "header.origin", f"unknown origin {origin_text!r}")
+        origin = known[origin_text]
+    try:
+        header = _build_header(lambda name: obj.get(_JSON_KEY[name]), origin)
+    except SubagentError as error:
+        raise corrupt(session_id, error.field or "header", error.message) from error
+    if header.id != session_id:
+        raise corrupt(session_id, "header.id", f"names another session {header.id!r}")
+    return header
+
+
+# --------------------------------------------------------------------------- events
+
+
+def encode_events(events: object) -> builtins.list[EventRow]:
+    """Validate events and encode them as rows; their seqs must be consecutive.
+
+    Continuation of the stored log is checked separately by ``require_continues``.
+    """
+    if not isinstance(events, Sequence) or isinstance(events, str | bytes):
+        raise invalid("events", f"expected a sequence of SessionEvent, got {type(events).__name__}")
+    rows: builtins.list[EventRow] = []
+    for index, event in enumerate(events):
+        field = f"events[{index}]"
+        if not isinstance(event, SessionEvent):
+            raise invalid(field, f"expected a SessionEvent, got {type(event).__name__}")
+        kind = require_str(event.type, f"{field}.type", non_empty=True)
+        seq = require_int(event.seq, f"{field}.seq", minimum=0)
+        if rows and seq != rows[0][0] + index:
+            raise invalid(f"{field}.seq", f"expected {rows[0][0] + index}, got {seq}")
+        moment = require_finite(event.time, f"{field}.time")
+        rows.append((seq, kind, moment, to_json_text(event.data, f"{field}.data")))
+    return rows
+
+
+def require_continues(rows: Sequence[EventRow], length: int) -> None:
+    """Raise ``INVALID_ARGUMENT`` on ``events[0].seq`` unless ``rows`` start at ``length``."""
+    if rows and rows[0][0] != length:
+        raise invalid("events[0].seq", f"the log has {length} events; expected seq {length}")
+
+
+def decode_events(session_id: str, rows: Sequence[EventRow]) -> tuple[SessionEvent, ...]:
+    """Decode stored rows (ordered by seq), or raise ``CORRUPT_SESSION`` naming the seq."""
+    events: builtins.list[SessionEvent] = []
+    for index, (seq, kind, moment, data) in enumerate(rows):
+        if seq != index:
+            raise corrupt(session_id, f"events[{index}]", f"seq {index} missing (found {seq})")
+        if not math.isfinite(moment):
+            raise corrupt(session_id, f"events[{seq}].time", f"{moment!r} is not finite")
+        events.append(
+            SessionEvent(kind, seq, moment, from_json_text(data, session_id, f"events[{seq}].data"))
+        )
+    return tuple(events)
+
+
+def _turn_of(session_id: str, event: SessionEvent) -> int:
+    turn = event.data.get("turn") if isinstance(event.data, Mapping) else None
+    if isinstance(turn, bool) or not isinstance(turn, int):
+        raise corrupt(session_id, f"events[{event.seq}].data.turn", "not an integer turn")
+    return turn
+
+
+def open_turn(session_id: str, events: Sequence[SessionEvent]) -> int | None:
+    """The turn of the last ``turn/start`` when no later ``turn/end`` closes it."""
+    current: int | None = None
+    for event in events:
+        if event.type == TURN_START:
+            current = _turn_of(session_id, event)
+        elif event.type == TURN_END and _turn_of(session_id, event) == current:
+            current = None
+    return current
+
+
+def repair_event(
+    session_id: str, events: Sequence[SessionEvent], clock: Clock
+) -> SessionEvent | None:
+    """The ``turn/end interrupted`` event that closes an open tail turn, if there is one."""
+    turn = open_turn(session_id, events)
+    if turn is None:
+        return None
+    moment = max(clock(), events[-1].time)
+    return SessionEvent(
+        TURN_END, len(events), moment, turn_end_data(turn, TurnEndReason.INTERRUPTED)
+    )
+
+
+# --------------------------------------------------------------------------- projection cache
+
+
+def encode_projection(as_of_seq: object, values: object) -> tuple[int, str]:
+    """Validate a projection-cache write and encode its values."""
+    seq = require_int(as_of_seq, "as_of_seq", minimum=0)
+    if not isinstance(values, Mapping):
+        raise invalid("values", f"expected a mapping, got {type(values).__name__}")
+    return seq, to_json_text(values, "values")
+
+
+def decode_projection(
+    session_id: str, as_of_seq: int, values: str, revision: int
+) -> CachedProjection:
+    """Decode a projection-cache row, or raise ``CORRUPT_SESSION`` (HARNESS-26)."""
+    if not 0 <= as_of_seq <= revision:
+        raise corrupt(session_id, "projection.as_of_seq", f"{as_of_seq} outside 0..{revision}")
+    decoded = from_json_text(values, session_id, "projection.values")
+    if not isinstance(decoded, dict):
+        raise corrupt(session_id, "projection.values", "not a JSON object")
+    return CachedProjection(as_of_seq, decoded)
+
+
+def require_session_id(session_id: object) -> SessionId:
+    """Return ``session_id`` if it is a non-empty string, else raise ``INVALID_ARGUMENT``."""
+    return SessionId(require_str(session_id, "session_id", non_empty=True))
+
+
+# --------------------------------------------------------------------------- in-memory backend
+
+
+@attrs.define
+class _Stored:
+    header: str
+    rows: builtins.list[EventRow]
+    projection: tuple[int, str] | None = None
+
+
+class InMemoryPersistence:
+    """A process-local backend with exactly the SQLite backend's behaviour, for fast tests."""
+
+    def __init__(self, *, clock: Clock = epoch_ms) -> None:
+        self._sessions: dict[SessionId, _Stored] = {}
+        self._clock = clock
+        self._closed = False
+
+    def _get(self, session_id: object) -> tuple[SessionId, _Stored]:
+        if self._closed:
+            raise closed_error()
+        checked = require_session_id(session_id)
+        stored = self._sessions.get(checked)
+        if stored is None:
+            raise unknown_session(checked)
+        return checked, stored
+
+    def _open(self) -> None:
+        if self._closed:
+            raise closed_error()
+
+    async def list(self) -> builtins.list[SessionHeader]:
+        """Every stored header, in creation order."""
+        return [snapshot.header for snapshot in await self.list_snapshots()]
+
+    async def list_snapshots(self) -> builtins.list[SessionSnapshot]:
+        """Every stored header with its revision, in creation order."""
+        self._open()
+        return [
+            SessionSnapshot(decode_header(sid, stored.header), len(stored.rows))
+            for sid, stored in self._sessions.items()
+        ]
+
+    async def inspect(self, session_id: SessionId) -> SessionRecord:
+        """The stored session as it is; never mutates storage."""
+        sid, stored = self._get(session_id)
+        return SessionRecord(decode_header(sid, stored.header), decode_events(sid, stored.rows))
+
+    async def load(self, session_id: SessionId) -> SessionRecord:
+        """The stored session, after durably closing an interrupted tail turn."""
+        record = await self.inspect(session_id)
+        repair = repair_event(record.header.id, record.events, self._clock)
+        if repair is None:
+            return record
+        self._sessions[record.header.id].rows.extend(encode_events([repair]))
+        return SessionRecord(record.header, (*record.events, repair))
+
+    async def create(self, header: SessionHeader, events: Sequence[SessionEvent]) -> None:
+        """Store a new session whose log starts at seq 0."""
+        self._open()
+        text = encode_header(header)
+        rows = encode_events(events)
+        require_continues(rows, 0)
+        if header.id in self._sessions:
+            raise invalid("header.id", f"session {header.id!r} already exists")
+        self._sessions[header.id] = _Stored(text, rows)
+
+    async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
+        """Append events that continue the stored log exactly."""
+        self._open()
+        require_session_id(session_id)
+        rows = encode_events(events)
+        _, stored = self._get(session_id)
+        require_continues(rows, len(stored.rows))
+        stored.rows.extend(rows)
+
+    async def close(self) -> None:
+        """Release the backend; later calls raise ``PERSISTENCE_UNAVAILABLE``."""
+        self._closed = True
+
+    async def cached_snapshot(self, header: SessionHeader) -> CachedProjection | None:
+        """The cached values for this exact session lifecycle, or ``None``."""
+        self._open()
+        header = check_header(header)
+        stored = self._sessions.get(header.id)
+        if stored is None or stored.projection is None:
+            return None
+        if decode_header(header.id, stored.header) != header:
+            return None
+        as_of_seq, values = stored.projection
+        return decode_projection(header.id, as_of_seq, values, len(stored.rows))
+
+    async def store_projection(
+        self, session_id: SessionId, as_of_seq: int, values: Mapping[str, JsonValue]
+    ) -> None:
+        """Record values folded from the first ``as_of_seq`` events of the session."""
+        self._open()
+        require_session_id(session_id)
+        seq, text = encode_projection(as_of_seq, values)
+        _, stored = self._get(session_id)
+        if seq > len(stored.rows):
+            raise invalid("as_of_seq", f"{seq} is past the log's {len(stored.rows)} events")
+        if stored.projection is None or stored.projection[0] <= seq:
+            stored.projection = (seq, text)

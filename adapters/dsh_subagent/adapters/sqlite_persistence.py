@@ -1,0 +1,329 @@
+"""SQLite session persistence: the embedded default backend (DESIGN, "The adapter boundary").
+
+Theory of operation
+-------------------
+1. Threading: stdlib ``sqlite3`` (no extra dependency). A ``sqlite3`` connection must not be
+   shared between threads, and ``asyncio.to_thread`` would hop between the default pool's
+   threads, so the backend owns a single-thread executor that opens the one connection and
+   runs every statement: the event loop never blocks on disk, and access is serialised.
+2. Durability: WAL journal; ``synchronous=FULL`` by default, so a returned write survives a
+   power loss. ``NORMAL`` (configurable) still survives a process crash (SIGKILL) but may lose
+   the last commits on power loss; ``OFF`` and ``EXTRA`` are accepted as SQLite defines them.
+3. Every write runs in one ``BEGIN IMMEDIATE`` transaction, so it is atomic against crashes and
+   against other writers of the file; rows are validated and encoded (``persistence``) before
+   the transaction starts, and the continuation and duplicate checks run inside it, before
+   any insert. ``load`` reads and repairs in one write transaction; ``inspect`` and the lists
+   read in one deferred (read) transaction and never write.
+4. Schema (``PRAGMA user_version`` = 1), STRICT tables so a stored value keeps its type:
+   ``sessions(id primary key, header, created_seq)``, ``events(session_id, seq, type, time,
+   data, primary key(session_id, seq))`` and ``projection_cache(session_id primary key,
+   as_of_seq, projection)``. Another ``user_version`` is refused with
+   ``PERSISTENCE_UNAVAILABLE``.
+5. The log length (revision, next seq) is the last seq + 1, read from the primary key, so an
+   append costs the same on a long log as on a short one; a seq gap is damage that the
+   reading paths (``inspect``/``load``) report as ``CORRUPT_SESSION``.
+6. Behaviour is exactly ``InMemoryPersistence``'s: both use the row codec of ``persistence``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import os
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Final, TypeVar
+
+from dsh_subagent.adapters.persistence import (
+    CachedProjection,
+    Clock,
+    EventRow,
+    SessionRecord,
+    SessionSnapshot,
+    check_header,
+    closed_error,
+    decode_events,
+    decode_header,
+    decode_projection,
+    encode_events,
+    encode_header,
+    encode_projection,
+    epoch_ms,
+    repair_event,
+    require_continues,
+    require_session_id,
+    unknown_session,
+)
+from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
+from dsh_subagent.core.jsonvalue import require_str
+from dsh_subagent.core.values import JsonValue, SessionEvent, SessionHeader, SessionId
+
+SCHEMA_VERSION: Final = 1
+SYNCHRONOUS_LEVELS: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+
+_SCHEMA: Final = (
+    """CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        header TEXT NOT NULL,
+        created_seq INTEGER NOT NULL UNIQUE
+    ) STRICT""",
+    """CREATE TABLE events (
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        seq INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        time REAL NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) STRICT, WITHOUT ROWID""",
+    """CREATE TABLE projection_cache (
+        session_id TEXT PRIMARY KEY REFERENCES sessions(id),
+        as_of_seq INTEGER NOT NULL,
+        projection TEXT NOT NULL
+    ) STRICT""",
+)
+
+_T = TypeVar("_T")
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection, begin: str) -> Iterator[None]:
+    """Run the body in one transaction: commit on success, roll back on any exception."""
+    conn.execute(begin)
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _connect(path: str, synchronous: str) -> sqlite3.Connection:
+    """Open the connection (in the executor's thread) and create or check the schema."""
+    conn = sqlite3.connect(path, isolation_level=None)  # transactions are explicit
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute("PRAGMA busy_timeout=10000")
+        with _transaction(conn, "BEGIN IMMEDIATE"):
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            if version == 0:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            elif version != SCHEMA_VERSION:
+                raise SubagentError(
+                    ErrorCode.PERSISTENCE_UNAVAILABLE,
+                    f"{path}: schema version {version} is not {SCHEMA_VERSION}",
+                )
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _header_text(conn: sqlite3.Connection, session_id: SessionId) -> str:
+    row = conn.execute("SELECT header FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if row is None:
+        raise unknown_session(session_id)
+    text: str = row[0]
+    return text
+
+
+def _revision(conn: sqlite3.Connection, session_id: SessionId) -> int:
+    """The log length: last seq + 1, read from the primary key in O(log n).
+
+    (``COUNT(*)`` would scan the log on every append; a gap is damage that reads report.)
+    """
+    query = "SELECT COALESCE(MAX(seq), -1) + 1 FROM events WHERE session_id = ?"
+    revision: int = conn.execute(query, (session_id,)).fetchone()[0]
+    return revision
+
+
+def _read_record(conn: sqlite3.Connection, session_id: SessionId) -> SessionRecord:
+    header = decode_header(session_id, _header_text(conn, session_id))
+    query = "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq"
+    rows: list[EventRow] = conn.execute(query, (session_id,)).fetchall()
+    return SessionRecord(header, decode_events(session_id, rows))
+
+
+def _insert_events(conn: sqlite3.Connection, session_id: str, rows: Sequence[EventRow]) -> None:
+    conn.executemany(
+        "INSERT INTO events (session_id, seq, type, time, data) VALUES (?, ?, ?, ?, ?)",
+        [(session_id, *row) for row in rows],
+    )
+
+
+class SqlitePersistence:
+    """Durable session storage in one SQLite file; create it with ``await open(path)``."""
+
+    def __init__(
+        self, executor: ThreadPoolExecutor, conn: sqlite3.Connection, clock: Clock
+    ) -> None:
+        """Internal: use ``SqlitePersistence.open``."""
+        self._executor = executor
+        self._conn = conn
+        self._clock = clock
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        clock: Clock = epoch_ms,
+    ) -> SqlitePersistence:
+        """Open (creating if needed) the database at ``path``.
+
+        ``synchronous`` is SQLite's durability level: ``FULL`` (default, survives power loss),
+        ``NORMAL`` (survives a process crash), ``OFF`` or ``EXTRA``. ``clock`` stamps repairs.
+        """
+        level = require_str(synchronous, "synchronous").upper()
+        if level not in SYNCHRONOUS_LEVELS:
+            raise invalid("synchronous", f"expected one of {sorted(SYNCHRONOUS_LEVELS)}")
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsh-sqlite")
+        loop = asyncio.get_running_loop()
+        try:
+            conn = await loop.run_in_executor(executor, _connect, os.fspath(path), level)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(executor, conn, clock)
+
+    async def _run(self, job: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``job`` on the connection's own thread."""
+        if self._closed:
+            raise closed_error()
+        return await asyncio.get_running_loop().run_in_executor(self._executor, job, self._conn)
+
+    async def list(self) -> builtins.list[SessionHeader]:
+        """Every stored header, in creation order."""
+        return [snapshot.header for snapshot in await self.list_snapshots()]
+
+    async def list_snapshots(self) -> builtins.list[SessionSnapshot]:
+        """Every stored header with its revision, in creation order."""
+
+        def job(conn: sqlite3.Connection) -> builtins.list[SessionSnapshot]:
+            query = """SELECT id, header,
+                (SELECT COALESCE(MAX(seq), -1) + 1 FROM events WHERE session_id = sessions.id)
+                FROM sessions ORDER BY created_seq"""
+            with _transaction(conn, "BEGIN"):
+                rows: builtins.list[tuple[str, str, int]] = conn.execute(query).fetchall()
+            return [SessionSnapshot(decode_header(sid, text), count) for sid, text, count in rows]
+
+        return await self._run(job)
+
+    async def inspect(self, session_id: SessionId) -> SessionRecord:
+        """The stored session as it is; never mutates storage."""
+        sid = require_session_id(session_id)
+
+        def job(conn: sqlite3.Connection) -> SessionRecord:
+            with _transaction(conn, "BEGIN"):
+                return _read_record(conn, sid)
+
+        return await self._run(job)
+
+    async def load(self, session_id: SessionId) -> SessionRecord:
+        """The stored session, after durably closing an interrupted tail turn."""
+        sid = require_session_id(session_id)
+
+        def job(conn: sqlite3.Connection) -> SessionRecord:
+            with _transaction(conn, "BEGIN IMMEDIATE"):
+                record = _read_record(conn, sid)
+                repair = repair_event(sid, record.events, self._clock)
+                if repair is None:
+                    return record
+                _insert_events(conn, sid, encode_events([repair]))
+            return SessionRecord(record.header, (*record.events, repair))
+
+        return await self._run(job)
+
+    async def create(self, header: SessionHeader, events: Sequence[SessionEvent]) -> None:
+        """Store a new session whose log starts at seq 0."""
+        if self._closed:
+            raise closed_error()
+        text = encode_header(header)
+        rows = encode_events(events)
+        require_continues(rows, 0)
+        sid = header.id
+
+        def job(conn: sqlite3.Connection) -> None:
+            with _transaction(conn, "BEGIN IMMEDIATE"):
+                exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone()
+                if exists is not None:
+                    raise invalid("header.id", f"session {sid!r} already exists")
+                conn.execute(
+                    """INSERT INTO sessions (id, header, created_seq) VALUES
+                    (?, ?, (SELECT COALESCE(MAX(created_seq), -1) + 1 FROM sessions))""",
+                    (sid, text),
+                )
+                _insert_events(conn, sid, rows)
+
+        await self._run(job)
+
+    async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
+        """Append events that continue the stored log exactly."""
+        if self._closed:
+            raise closed_error()
+        sid = require_session_id(session_id)
+        rows = encode_events(events)
+
+        def job(conn: sqlite3.Connection) -> None:
+            with _transaction(conn, "BEGIN IMMEDIATE"):
+                _header_text(conn, sid)
+                require_continues(rows, _revision(conn, sid))
+                _insert_events(conn, sid, rows)
+
+        await self._run(job)
+
+    async def cached_snapshot(self, header: SessionHeader) -> CachedProjection | None:
+        """The cached values for this exact session lifecycle, or ``None``."""
+        if self._closed:
+            raise closed_error()
+        normal = check_header(header)
+        sid = normal.id
+
+        def job(conn: sqlite3.Connection) -> CachedProjection | None:
+            with _transaction(conn, "BEGIN"):
+                query = "SELECT as_of_seq, projection FROM projection_cache WHERE session_id = ?"
+                row = conn.execute(query, (sid,)).fetchone()
+                if row is None or decode_header(sid, _header_text(conn, sid)) != normal:
+                    return None
+                return decode_projection(sid, row[0], row[1], _revision(conn, sid))
+
+        return await self._run(job)
+
+    async def store_projection(
+        self, session_id: SessionId, as_of_seq: int, values: Mapping[str, JsonValue]
+    ) -> None:
+        """Record values folded from the first ``as_of_seq`` events of the session."""
+        if self._closed:
+            raise closed_error()
+        sid = require_session_id(session_id)
+        seq, text = encode_projection(as_of_seq, values)
+
+        def job(conn: sqlite3.Connection) -> None:
+            with _transaction(conn, "BEGIN IMMEDIATE"):
+                _header_text(conn, sid)
+                revision = _revision(conn, sid)
+                if seq > revision:
+                    raise invalid("as_of_seq", f"{seq} is past the log's {revision} events")
+                conn.execute(
+                    """INSERT INTO projection_cache (session_id, as_of_seq, projection)
+                    VALUES (?, ?, ?) ON CONFLICT (session_id) DO UPDATE
+                    SET as_of_seq = excluded.as_of_seq, projection = excluded.projection
+                    WHERE excluded.as_of_seq >= projection_cache.as_of_seq""",
+                    (sid, seq, text),
+                )
+
+        await self._run(job)
+
+    async def close(self) -> None:
+        """Close the connection and its thread; later calls raise ``PERSISTENCE_UNAVAILABLE``."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._conn.close)
+        self._executor.shutdown(wait=True)
