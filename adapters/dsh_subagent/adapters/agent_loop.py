@@ -1,0 +1,474 @@
+"""The reference asyncio agent: a durable two-list inbox driving turns and steps.
+
+Theory of operation
+-------------------
+1. The inbox is two ordered lists, ``next-turn`` and ``next-step``, with message ids unique
+   across both. Every mutation is first appended as ``agent/inbox/spliced`` (shape from
+   ``core.wire``), then applied, then notified synchronously: ``discarded`` for cancelled
+   removals, ``inserted`` for insertions; claims notify ``claimed`` with their turn
+   (HARNESS-10/11). On construction the inbox replays the splices of the own suffix.
+2. The phase is idle, maintenance or running; status is ``running`` only while a driver runs,
+   and each status change emits ``agent/status`` (HARNESS-2).
+3. ``send`` classifies a waking send into an aborted activity before inserting (it goes to
+   ``next-turn``), splices, then wakes: idle starts a driver; maintenance, or an aborted
+   activity not cancelled as ``disposed``, latches the wake; a live driver claims the work
+   itself (HARNESS-3). A latched wake replays when the activity ends, only if work is pending.
+4. ``cancel`` clears the inbox (next-step first) and the latch unless ``keep_inbox``, then
+   aborts the current activity; the first cause wins; with no activity it arms nothing
+   (HARNESS-5). All of ``send``/``cancel`` and their helpers are synchronous (HARNESS-32).
+5. A driver runs turns while input is pending. A turn appends ``turn/start``; its first step
+   claims all next-step input plus one next-turn item, later steps only next-step input; an
+   empty first claim ends ``completed`` without a model call; the pre-step hook may end it
+   ``blocked``. Each step appends ``step/start``, ``user/message``s, chunks, the assistant
+   message, tool results and ``step/end``. ``turn/end`` records completed, max-tokens
+   (sticky), aborted with its cause, or error (HARNESS-9). Turn numbers continue from the
+   last ``turn/start`` in the log, seed included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
+
+import attrs
+
+from dsh_subagent.adapters.protocols import (
+    AgentStatus,
+    CancelCause,
+    InboxNotification,
+    InboxTarget,
+    Model,
+    ModelRequest,
+    Session,
+    StatusNotification,
+)
+from dsh_subagent.adapters.signals import AbortController, AbortSignal, Emitter, Scope, race_abort
+from dsh_subagent.adapters.tool_registry import ToolRegistry
+from dsh_subagent.core import wire
+from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
+from dsh_subagent.core.jsonvalue import require_int
+from dsh_subagent.core.values import (
+    ASSISTANT_CHUNK,
+    ASSISTANT_MESSAGE,
+    INBOX_SPLICED,
+    STEP_END,
+    STEP_START,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+    USER_SOURCE,
+    AgentOptions,
+    CancelKind,
+    Content,
+    DataBlock,
+    JsonValue,
+    MessageId,
+    MessageSource,
+    SessionId,
+    TurnEndReason,
+    UserMessage,
+)
+
+T = TypeVar("T")
+PreStepHook = Callable[[tuple[UserMessage, ...], int, int, AbortSignal], Awaitable[bool]]
+"""``(claimed, turn, step, signal) -> enter?``; returning False ends the turn ``blocked``."""
+
+_log = logging.getLogger(__name__)
+
+
+def create_user_message(content: Content, source: MessageSource = USER_SOURCE) -> UserMessage:
+    """A frozen user message with a fresh random id (HARNESS-12)."""
+    return UserMessage(MessageId(f"msg-{uuid.uuid4().hex}"), tuple(content), source)
+
+
+def _corrupt(seq: int, why: str) -> SubagentError:
+    field = f"events[{seq}]"
+    return SubagentError(ErrorCode.CORRUPT_SESSION, f"{field}: {why}", field=field)
+
+
+class _Inbox:
+    """The two pending lists, mutated only through durable splices (HARNESS-10)."""
+
+    def __init__(self, session: Session, notify: Callable[[str, UserMessage, int | None], None]):
+        self._session = session
+        self._notify = notify
+        self._lists: dict[InboxTarget, list[UserMessage]] = {t: [] for t in InboxTarget}
+        for event in session.events[session.header.seed_length or 0 :]:
+            if event.type == INBOX_SPLICED:
+                self._replay(event.seq, event.data)
+
+    def _replay(self, seq: int, data: JsonValue) -> None:
+        try:
+            if not isinstance(data, Mapping):
+                raise invalid("data", "not an object")
+            target = InboxTarget(data.get("target"))
+            start = require_int(data.get("start"), "start", minimum=0)
+            removed = require_int(data.get("removedCount", 0), "removedCount", minimum=0)
+            raw = data.get("inserted")
+            if not isinstance(raw, Sequence) or isinstance(raw, str):
+                raise invalid("inserted", "not a list")
+            inserted = [wire.decode_message(m, f"inserted[{i}]") for i, m in enumerate(raw)]
+            self._check(target, start, removed, inserted)
+        except (SubagentError, ValueError) as exc:
+            raise _corrupt(seq, f"invalid inbox splice: {exc}") from exc
+        self._lists[target][start : start + removed] = inserted
+
+    def pending(self, target: InboxTarget) -> tuple[UserMessage, ...]:
+        return tuple(self._lists[target])
+
+    @property
+    def has_pending(self) -> bool:
+        return any(self._lists.values())
+
+    def _check(
+        self, target: InboxTarget, start: int, removed: int, inserted: Sequence[UserMessage]
+    ) -> None:
+        current = self._lists[target]
+        if start > len(current) or start + removed > len(current):
+            raise invalid("start", "splice range outside the list")
+        other = InboxTarget.NEXT_STEP if target is InboxTarget.NEXT_TURN else InboxTarget.NEXT_TURN
+        kept = [*current[:start], *current[start + removed :], *self._lists[other]]
+        ids = [m.id for m in kept]
+        for message in inserted:
+            if message.id in ids:
+                raise invalid("message.id", f"message {message.id!r} is already pending")
+            ids.append(message.id)
+
+    def splice(
+        self,
+        target: InboxTarget,
+        start: int,
+        count: int,
+        inserted: Sequence[UserMessage] = (),
+        *,
+        canceled: bool,
+    ) -> list[UserMessage]:
+        """Log, apply, then notify one mutation; returns the removed messages."""
+        current = self._lists[target]
+        count = min(count, len(current) - start)
+        if count == 0 and not inserted:
+            return []
+        self._check(target, start, count, inserted)
+        self._session.append(
+            INBOX_SPLICED,
+            wire.splice_data(
+                target.value, start, removed_count=count, inserted=inserted, canceled=canceled
+            ),
+        )
+        removed = current[start : start + count]
+        current[start : start + count] = inserted
+        for message in removed if canceled else ():
+            self._notify("discarded", message, None)
+        for message in inserted:
+            self._notify("inserted", message, None)
+        return removed
+
+    def claim(self, with_turn: bool, turn: int) -> tuple[UserMessage, ...]:
+        """Remove the step's batch: all next-step input, plus one next-turn item if asked."""
+        step_items = self._lists[InboxTarget.NEXT_STEP]
+        claimed = self.splice(InboxTarget.NEXT_STEP, 0, len(step_items), canceled=False)
+        if with_turn:
+            claimed += self.splice(InboxTarget.NEXT_TURN, 0, 1, canceled=False)
+        for message in claimed:
+            self._notify("claimed", message, turn)
+        return tuple(claimed)
+
+    def clear(self) -> None:
+        """Durably cancel everything pending, next-step before next-turn (HARNESS-5)."""
+        for target in (InboxTarget.NEXT_STEP, InboxTarget.NEXT_TURN):
+            self.splice(target, 0, len(self._lists[target]), canceled=True)
+
+
+@attrs.define
+class _Idle:
+    last_turn: int
+
+
+@attrs.define
+class _Maintenance:
+    abort: AbortController
+    last_turn: int
+    wake_requested: bool = False
+
+
+@attrs.define
+class _Running:
+    abort: AbortController
+    turn: int
+    step: int = 0
+    wake_requested: bool = False
+
+
+def _last_turn(session: Session) -> int:
+    for event in reversed(session.events):
+        if event.type == TURN_START:
+            data = event.data
+            try:
+                turn = data.get("turn") if isinstance(data, Mapping) else None
+                return require_int(turn, "turn", minimum=0)
+            except SubagentError as exc:
+                raise _corrupt(event.seq, "turn/start without a turn number") from exc
+    return 0
+
+
+class ReferenceAgent:
+    """The reference agent over one session (HARNESS-1 .. HARNESS-11)."""
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        model: Model,
+        tools: ToolRegistry | None = None,
+        options: AgentOptions | None = None,
+        pre_step: PreStepHook | None = None,
+    ) -> None:
+        self.session = session
+        self.options = options or AgentOptions()
+        self.tools = tools or ToolRegistry()
+        self.ctx = Scope()
+        self._model = model
+        self._pre_step = pre_step
+        self.inserted: Emitter[InboxNotification] = Emitter("agent/inbox/inserted")
+        self.claimed: Emitter[InboxNotification] = Emitter("agent/inbox/claimed")
+        self.discarded: Emitter[InboxNotification] = Emitter("agent/inbox/discarded")
+        self.status_changed: Emitter[StatusNotification] = Emitter("agent/status")
+        self._inbox = _Inbox(session, self._notify)
+        self._phase: _Idle | _Maintenance | _Running = _Idle(_last_turn(session))
+        self._activity: asyncio.Future[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def id(self) -> SessionId:
+        return self.session.id
+
+    @property
+    def status(self) -> AgentStatus:
+        running = isinstance(self._phase, _Running)
+        return AgentStatus.RUNNING if running else AgentStatus.IDLE
+
+    @property
+    def in_maintenance(self) -> bool:
+        return isinstance(self._phase, _Maintenance)
+
+    @property
+    def next_turn(self) -> tuple[UserMessage, ...]:
+        return self._inbox.pending(InboxTarget.NEXT_TURN)
+
+    @property
+    def next_step(self) -> tuple[UserMessage, ...]:
+        return self._inbox.pending(InboxTarget.NEXT_STEP)
+
+    def pending(self) -> tuple[MessageId, ...]:
+        return tuple(m.id for m in (*self.next_step, *self.next_turn))
+
+    def _notify(self, kind: str, message: UserMessage, turn: int | None) -> None:
+        emitter = {"inserted": self.inserted, "claimed": self.claimed}.get(kind, self.discarded)
+        emitter.emit(InboxNotification(self.id, message, turn))
+
+    def _set_phase(self, phase: _Idle | _Maintenance | _Running) -> None:
+        before = self.status
+        self._phase = phase
+        if self.status is not before:
+            self.status_changed.emit(StatusNotification(self.id, self.status))
+
+    # ------------------------------------------------------------------ synchronous surface
+
+    def send(self, message: UserMessage, target: InboxTarget, wakeup: bool) -> None:
+        """Insert durably, notify, then wake or latch (HARNESS-3)."""
+        if not isinstance(message, UserMessage):
+            raise invalid("message", "must be a UserMessage")
+        if not isinstance(target, InboxTarget):
+            raise invalid("target", "must be an InboxTarget")
+        phase = self._phase
+        if wakeup and isinstance(phase, _Idle):
+            asyncio.get_running_loop()  # a driver needs a loop: fail before any side effect
+        after_abort = wakeup and not isinstance(phase, _Idle) and phase.abort.signal.aborted
+        resolved = InboxTarget.NEXT_TURN if after_abort else target
+        current = self._inbox.pending(resolved)
+        self._inbox.splice(resolved, len(current), 0, [message], canceled=False)
+        if wakeup:
+            self._wake(after_abort)
+
+    def followup(self, message: UserMessage) -> None:
+        self.send(message, InboxTarget.NEXT_TURN, True)
+
+    def steer(self, message: UserMessage) -> None:
+        self.send(message, InboxTarget.NEXT_STEP, True)
+
+    def inject(self, message: UserMessage) -> None:
+        self.send(message, InboxTarget.NEXT_STEP, False)
+
+    def remove(self, message_id: MessageId) -> bool:
+        """Durably cancel one pending message; False if it is no longer pending (HARNESS-10)."""
+        for target in (InboxTarget.NEXT_TURN, InboxTarget.NEXT_STEP):
+            ids = [m.id for m in self._inbox.pending(target)]
+            if message_id in ids:
+                self._inbox.splice(target, ids.index(message_id), 1, canceled=True)
+                return True
+        return False
+
+    def cancel(self, cause: CancelCause, *, keep_inbox: bool = False) -> None:
+        """Clear (unless keep_inbox) and abort the current activity (HARNESS-5)."""
+        if not isinstance(cause, CancelCause):
+            raise invalid("cause", "must be a CancelCause")
+        phase = self._phase
+        if not keep_inbox:
+            self._inbox.clear()
+            if not isinstance(phase, _Idle):
+                phase.wake_requested = False
+        if not isinstance(phase, _Idle):
+            phase.abort.abort(cause)
+
+    def _wake(self, after_abort: bool = False) -> None:
+        phase = self._phase
+        if not isinstance(phase, _Idle):
+            reason = phase.abort.signal.reason
+            disposed = isinstance(reason, CancelCause) and reason.kind is CancelKind.DISPOSED
+            if not disposed and (isinstance(phase, _Maintenance) or after_abort):
+                phase.wake_requested = True
+            return
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self._activity = done
+        running = _Running(AbortController(), turn=phase.last_turn)
+        self._set_phase(running)
+        task = loop.create_task(self._drive(running, done))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _converge(self, wake_requested: bool, phase: _Idle, done: asyncio.Future[None]) -> None:
+        self._set_phase(phase)
+        if wake_requested and self._inbox.has_pending:
+            self._wake()
+        done.set_result(None)
+
+    async def when_idle(self) -> None:
+        """Resolve once no driver and no maintenance is active, following replacements."""
+        while (activity := self._activity) is not None:
+            await asyncio.shield(activity)
+            if activity is self._activity:
+                return
+
+    def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> asyncio.Task[T]:
+        """Run ``task`` from true idle; status stays idle; wakes latch (HARNESS-8)."""
+        phase = self._phase
+        if not isinstance(phase, _Idle):
+            raise SubagentError(ErrorCode.ILLEGAL_TRANSITION, f"agent {self.id!r} is busy")
+        loop = asyncio.get_running_loop()
+        maintenance = _Maintenance(AbortController(), phase.last_turn)
+        done: asyncio.Future[None] = loop.create_future()
+        self._activity = done
+        self._set_phase(maintenance)
+
+        async def run() -> T:
+            try:
+                return await task(maintenance.abort.signal)
+            finally:
+                idle = _Idle(maintenance.last_turn)
+                self._converge(maintenance.wake_requested, idle, done)
+
+        return loop.create_task(run())
+
+    # ------------------------------------------------------------------ driver
+
+    async def _drive(self, running: _Running, done: asyncio.Future[None]) -> None:
+        try:
+            while await self._turn(running):
+                pass
+        except Exception:
+            _log.debug("agent %s: driver stopped", self.id, exc_info=True)
+        finally:
+            self._converge(running.wake_requested, _Idle(running.turn), done)
+
+    async def _turn(self, running: _Running) -> bool:
+        signal = running.abort.signal
+        signal.throw_if_aborted()
+        turn = running.turn + 1
+        self.session.append(TURN_START, wire.turn_start_data(turn))
+        running.turn = turn
+        ends: TurnEndReason | None = None
+        end_data: Mapping[str, JsonValue] | None = None
+        first = True
+        try:
+            while True:
+                signal.throw_if_aborted()
+                step = running.step + 1
+                claimed = self._inbox.claim(first, turn)
+                if self._pre_step is not None:
+                    entered = await race_abort(self._pre_step(claimed, turn, step, signal), signal)
+                    signal.throw_if_aborted()
+                    if not entered:
+                        ends = TurnEndReason.BLOCKED
+                        return False
+                if running.step == 0 and not claimed:
+                    ends = TurnEndReason.COMPLETED
+                    return False
+                self.session.append(STEP_START, {})
+                running.step = step
+                try:
+                    for message in claimed:
+                        self.session.append(USER_MESSAGE, wire.user_message_data(message))
+                    step_end = await self._step(turn, step, signal)
+                    if ends is not TurnEndReason.MAX_TOKENS:
+                        ends = step_end
+                finally:
+                    self.session.append(STEP_END, {})
+                signal.throw_if_aborted()
+                if ends is not None and not self.next_step:
+                    break
+                first = False
+        except Exception as exc:
+            cause = signal.reason
+            if signal.aborted and isinstance(cause, CancelCause):
+                end_data = wire.turn_end_data(
+                    turn, TurnEndReason.ABORTED, cause=cause.kind, cause_reason=cause.reason
+                )
+            else:
+                error = f"{type(exc).__name__}: {exc}"
+                end_data = wire.turn_end_data(turn, TurnEndReason.ERROR, error=error)
+            raise
+        finally:
+            if end_data is None:
+                end_data = wire.turn_end_data(turn, ends or TurnEndReason.COMPLETED)
+            self.session.append(TURN_END, end_data)
+        if not self._inbox.has_pending:
+            return False
+        running.abort = AbortController()
+        running.wake_requested = False
+        running.step = 0
+        return True
+
+    async def _step(self, turn: int, step: int, signal: AbortSignal) -> TurnEndReason | None:
+        request = ModelRequest(self.id, turn, step, self.session.events, self.tools.names(), signal)
+        result = await race_abort(self._model.step(request), signal)
+        signal.throw_if_aborted()
+        for chunk in result.chunks:
+            self.session.append(ASSISTANT_CHUNK, wire.assistant_chunk_data(chunk))
+        calls = tuple(
+            DataBlock({"type": "tool-call", "id": c.id, "name": c.name, "arguments": c.arguments})
+            for c in result.tool_calls
+        )
+        content = (*result.content, *calls)
+        self.session.append(
+            ASSISTANT_MESSAGE, wire.assistant_message_data(content, refusal=result.refusal)
+        )
+        if result.max_tokens:
+            return TurnEndReason.MAX_TOKENS
+        if not result.tool_calls:
+            return TurnEndReason.COMPLETED
+        concluded = False
+        for call in result.tool_calls:
+            outcome = await self.tools.execute(call, signal)
+            concluded = concluded or outcome.concludes
+            self.session.append(
+                TOOL_RESULT,
+                wire.tool_result_data(
+                    call.name, call.id, outcome.content, is_error=outcome.is_error
+                ),
+            )
+        return TurnEndReason.COMPLETED if concluded else None

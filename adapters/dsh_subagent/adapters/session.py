@@ -1,0 +1,400 @@
+"""The live session log and the in-memory session store of the reference harness.
+
+Theory of operation
+-------------------
+1. A ``LiveSession`` has an immutable header and an append-only log; ``seq`` is the log
+   length. ``append(type, data)`` validates lossless JSON (naming the field) before any change,
+   assigns ``seq`` and ``time`` (from an injected clock), deep-freezes the data and notifies
+   observers synchronously, each one contained (HARNESS-20). Appends do not nest: an observer
+   that appends raises ``ILLEGAL_TRANSITION``.
+2. A seed is validated (contiguous seqs from 0, lossless JSON, balanced: steps only inside
+   turns, no open turn at the end; a ``turn/end`` also closes an open step, as a repairing
+   load may write) and adopted; a seeded session then appends ``session/end-seed`` unless the
+   seed already ends with one (HARNESS-20). ``LiveSession.detached`` builds one for staging.
+3. ``SessionStore.prepare`` builds a session without entering it, filling the header
+   (HARNESS-19/21); ``enter`` is the collision point; ``announce`` emits ``session/created``
+   (vetoable); ``leave`` emits ``session/disposed`` for announced entries, contained.
+4. ``flush(session)`` awaits every flush listener concurrently, then returns whether any
+   participated, or raises the first failure (in listener order) once all settled
+   (HARNESS-19). ``bind_persistence`` adds a listener that writes the not-yet-persisted
+   suffix, creating the stored row on first flush.
+5. ``LogOverride`` reads a log-only policy override: the value of the last ``sandbox/mode`` or
+   ``approval/policy`` event (HARNESS-27).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Final
+
+import attrs
+
+from dsh_subagent.adapters.protocols import Session, SessionPersistence
+from dsh_subagent.adapters.signals import Emitter, Unsubscribe
+from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
+from dsh_subagent.core.jsonvalue import check_json, require_int, require_str
+from dsh_subagent.core.values import (
+    END_SEED,
+    STEP_END,
+    STEP_START,
+    TURN_END,
+    TURN_START,
+    JsonValue,
+    Origin,
+    SessionEvent,
+    SessionHeader,
+    SessionId,
+)
+
+Clock = Callable[[], float]
+Observer = Callable[["LiveSession", SessionEvent], object]
+FlushListener = Callable[["LiveSession"], Awaitable[None] | None]
+
+
+def epoch_ms() -> float:
+    """Wall-clock milliseconds since the epoch (the default clock)."""
+    return float(time.time_ns() // 1_000_000)
+
+
+class FrozenList(list[JsonValue]):
+    """A list that refuses mutation; equal to the plain list it copies."""
+
+    def _refuse(self, *_args: object, **_kwargs: object) -> None:
+        raise TypeError("session event data is immutable")
+
+    append = extend = insert = remove = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = _refuse  # type: ignore[assignment]
+    pop = _refuse
+
+
+class FrozenDict(dict[str, JsonValue]):
+    """A dict that refuses mutation; equal to the plain dict it copies."""
+
+    def _refuse(self, *_args: object, **_kwargs: object) -> None:
+        raise TypeError("session event data is immutable")
+
+    __setitem__ = __delitem__ = clear = update = setdefault = _refuse
+    pop = popitem = __ior__ = _refuse  # type: ignore[assignment]
+
+
+def freeze_json(value: JsonValue) -> JsonValue:
+    """A detached, deeply immutable copy of a (validated) JSON value."""
+    if isinstance(value, Mapping):
+        return FrozenDict({k: freeze_json(v) for k, v in value.items()})
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return FrozenList(freeze_json(v) for v in value)
+    return value
+
+
+@attrs.frozen
+class SessionMeta:
+    """Optional header fields given to ``SessionStore.prepare`` (HARNESS-21)."""
+
+    cwd: str | None = None
+    parent_session: SessionId | None = None
+    seed_length: int | None = None
+    origin: Origin | None = None
+    delegation_depth: int | None = None
+    agent_preset: str | None = None
+    created_at: float | None = None
+
+
+def validate_seed(seed: Sequence[SessionEvent], field: str = "seed") -> None:
+    """Raise ``INVALID_ARGUMENT`` unless ``seed`` is contiguous from 0, JSON and balanced."""
+    open_turn = open_step = False
+    for index, event in enumerate(seed):
+        where = f"{field}[{index}]"
+        if not isinstance(event, SessionEvent):
+            raise invalid(where, "not a SessionEvent")
+        require_str(event.type, f"{where}.type", non_empty=True)
+        if require_int(event.seq, f"{where}.seq") != index:
+            raise invalid(f"{where}.seq", f"expected {index}, got {event.seq}; seqs are contiguous")
+        check_json(event.time, f"{where}.time")
+        check_json(event.data, f"{where}.data")
+        if event.type == TURN_START:
+            if open_turn:
+                raise invalid(where, "turn/start inside an open turn")
+            open_turn = True
+        elif event.type == TURN_END:
+            if not open_turn:
+                raise invalid(where, "turn/end without an open turn")
+            open_turn = open_step = False  # a repaired tail may close its turn mid-step
+        elif event.type == STEP_START:
+            if not open_turn or open_step:
+                raise invalid(where, "step/start outside a turn or inside a step")
+            open_step = True
+        elif event.type == STEP_END:
+            if not open_step:
+                raise invalid(where, "step/end without an open step")
+            open_step = False
+    if open_turn:
+        raise invalid(field, "seed ends inside an open turn")
+
+
+class LiveSession:
+    """An append-only session log (HARNESS-20)."""
+
+    def __init__(
+        self,
+        header: SessionHeader,
+        seed: Sequence[SessionEvent] | None = None,
+        *,
+        clock: Clock = epoch_ms,
+    ) -> None:
+        if seed is not None:
+            validate_seed(seed)
+        self._header = header
+        self._clock = clock
+        self._log: list[SessionEvent] = [
+            attrs.evolve(event, data=freeze_json(event.data)) for event in seed or ()
+        ]
+        self._snapshot: tuple[SessionEvent, ...] | None = None
+        self._observers: Emitter[SessionEvent] = Emitter("session/event")
+        self._appending = False
+        self.first_live_seq: Final = len(self._log)
+        if seed is not None and (not self._log or self._log[-1].type != END_SEED):
+            self.append(END_SEED, {})
+
+    @classmethod
+    def detached(
+        cls,
+        session_id: SessionId,
+        seed: Sequence[SessionEvent] | None = None,
+        *,
+        clock: Clock = epoch_ms,
+    ) -> LiveSession:
+        """A session outside any store, for staging (HARNESS-20)."""
+        require_str(session_id, "session_id", non_empty=True)
+        return cls(SessionHeader(id=session_id, created_at=clock()), seed, clock=clock)
+
+    @property
+    def header(self) -> SessionHeader:
+        return self._header
+
+    @property
+    def id(self) -> SessionId:
+        return self._header.id
+
+    @property
+    def events(self) -> tuple[SessionEvent, ...]:
+        if self._snapshot is None:
+            self._snapshot = tuple(self._log)
+        return self._snapshot
+
+    @property
+    def seq(self) -> int:
+        return len(self._log)
+
+    def observe(self, observer: Callable[[SessionEvent], object]) -> Unsubscribe:
+        """Call ``observer(event)`` synchronously after each append, contained."""
+        return self._observers.subscribe(observer)
+
+    def append(self, type: str, data: JsonValue) -> SessionEvent:
+        """Validate, record and publish one event; returns it (HARNESS-20)."""
+        require_str(type, "type", non_empty=True)
+        check_json(data, "data")
+        if self._appending:
+            raise SubagentError(ErrorCode.ILLEGAL_TRANSITION, "session appends cannot nest")
+        event = SessionEvent(
+            type=type, seq=len(self._log), time=self._clock(), data=freeze_json(data)
+        )
+        self._appending = True
+        try:
+            self._log.append(event)
+            self._snapshot = None
+            self._observers.emit(event)
+        finally:
+            self._appending = False
+        return event
+
+
+def _validate_meta(meta: SessionMeta, seed_len: int | None) -> None:
+    if meta.cwd is not None and not posixpath.isabs(require_str(meta.cwd, "meta.cwd")):
+        raise invalid("meta.cwd", "must be an absolute path")
+    if meta.parent_session is not None:
+        require_str(meta.parent_session, "meta.parent_session", non_empty=True)
+    if meta.seed_length is not None:
+        length = require_int(meta.seed_length, "meta.seed_length", minimum=0)
+        if length > (seed_len or 0):
+            raise invalid("meta.seed_length", "exceeds the seed")
+    if meta.origin is not None and not isinstance(meta.origin, Origin):
+        raise invalid("meta.origin", "must be Origin.SUBAGENT")
+    if meta.delegation_depth is not None:
+        require_int(meta.delegation_depth, "meta.delegation_depth", minimum=0)
+    if meta.agent_preset is not None:
+        require_str(meta.agent_preset, "meta.agent_preset")
+    if meta.created_at is not None:
+        check_json(meta.created_at, "meta.created_at")
+
+
+@attrs.define
+class _Entry:
+    session: LiveSession
+    announced: bool = False
+
+
+class SessionStore:
+    """Live sessions by id, in creation order, with lifecycle and flush listeners."""
+
+    def __init__(self, *, clock: Clock = epoch_ms) -> None:
+        self._clock = clock
+        self._entries: dict[SessionId, _Entry] = {}
+        self.created: Emitter[LiveSession] = Emitter("session/created")
+        self.disposed: Emitter[LiveSession] = Emitter("session/disposed")
+        self._flush: Emitter[LiveSession] = Emitter("session/flush")
+
+    def prepare(
+        self,
+        session_id: SessionId,
+        *,
+        seed: Sequence[SessionEvent] | None = None,
+        meta: SessionMeta | None = None,
+    ) -> LiveSession:
+        """Build a session (not entered) with a validated seed and header (HARNESS-19)."""
+        require_str(session_id, "session_id", non_empty=True)
+        meta = meta or SessionMeta()
+        if not isinstance(meta, SessionMeta):
+            raise invalid("meta", "must be a SessionMeta")
+        _validate_meta(meta, None if seed is None else len(seed))
+        if session_id in self._entries:
+            raise invalid("session_id", f"session {session_id!r} is already live")
+        header = SessionHeader(
+            id=session_id,
+            created_at=self._clock() if meta.created_at is None else meta.created_at,
+            cwd=meta.cwd,
+            parent_session=meta.parent_session,
+            seed_length=meta.seed_length,
+            origin=meta.origin,
+            delegation_depth=meta.delegation_depth,
+            agent_preset=meta.agent_preset,
+        )
+        return LiveSession(header, seed, clock=self._clock)
+
+    def restore(self, header: SessionHeader, events: Sequence[SessionEvent]) -> LiveSession:
+        """Build a session (not entered) from a stored header and log, header kept exactly."""
+        if not isinstance(header, SessionHeader):
+            raise invalid("header", "must be a SessionHeader")
+        if header.id in self._entries:
+            raise invalid("session_id", f"session {header.id!r} is already live")
+        return LiveSession(header, events, clock=self._clock)
+
+    def enter(self, session: LiveSession) -> None:
+        """Make ``session`` live; the authoritative same-id collision point (HARNESS-14)."""
+        if session.id in self._entries:
+            raise invalid("session_id", f"session {session.id!r} is already live")
+        self._entries[session.id] = _Entry(session)
+
+    def announce(self, session: LiveSession) -> None:
+        """Emit ``session/created``; a raising listener vetoes (the caller rolls back)."""
+        entry = self._live_entry(session)
+        if entry.announced:
+            raise SubagentError(ErrorCode.ILLEGAL_TRANSITION, "session already announced")
+        entry.announced = True
+        self.created.emit_vetoable(session)
+
+    def leave(self, session: Session) -> bool:
+        """Remove ``session``; emits ``session/disposed`` if it was announced."""
+        entry = self._entries.get(session.id)
+        if entry is None or entry.session is not session:
+            return False
+        del self._entries[session.id]
+        if entry.announced:
+            self.disposed.emit(session)
+        return True
+
+    def get(self, session_id: SessionId) -> LiveSession | None:
+        entry = self._entries.get(session_id)
+        return None if entry is None else entry.session
+
+    def list(self) -> list[LiveSession]:
+        """Live sessions in creation (entry) order (HARNESS-19)."""
+        return [entry.session for entry in self._entries.values()]
+
+    def on_flush(self, listener: FlushListener) -> Unsubscribe:
+        """Register a flush listener (sync or async)."""
+        return self._flush.subscribe(listener)
+
+    async def flush(self, session: Session) -> bool:
+        """Await every flush listener; True iff any participated (HARNESS-19)."""
+        live = self._live_entry(session).session
+        listeners = self._flush.listeners
+        outcomes = await asyncio.gather(
+            *(_call_listener(listener, live) for listener in listeners),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return bool(listeners)
+
+    def _live_entry(self, session: Session) -> _Entry:
+        entry = self._entries.get(session.id)
+        if entry is None or entry.session is not session:
+            raise invalid("session", f"session {session.id!r} is not live in this store")
+        return entry
+
+
+class LogOverride:
+    """``override_of(session)``: the last ``event_type`` event's ``key`` string (HARNESS-27).
+
+    ``LogOverride(SANDBOX_MODE, "mode")`` and ``LogOverride(APPROVAL_POLICY, "policy")`` are
+    the log-only sandbox and approval overrides.
+    """
+
+    def __init__(self, event_type: str, key: str) -> None:
+        self.event_type = event_type
+        self.key = key
+
+    def override_of(self, session: Session) -> str | None:
+        for event in reversed(session.events):
+            if event.type == self.event_type:
+                data = event.data
+                value = data.get(self.key) if isinstance(data, Mapping) else None
+                return value if isinstance(value, str) else None
+        return None
+
+
+async def _call_listener(listener: Callable[[LiveSession], object], session: LiveSession) -> None:
+    result = listener(session)
+    if isinstance(result, Awaitable):
+        await result
+
+
+def bind_persistence(store: SessionStore, persistence: SessionPersistence) -> Unsubscribe:
+    """Flush each session's not-yet-persisted events to ``persistence`` (HARNESS-19/23)."""
+    persisted: dict[SessionId, tuple[LiveSession, int]] = {}
+    locks: dict[SessionId, asyncio.Lock] = {}
+
+    async def write(session: LiveSession) -> None:
+        async with locks.setdefault(session.id, asyncio.Lock()):
+            known = persisted.get(session.id)
+            if known is not None and known[0] is session:
+                count = known[1]
+            else:
+                count = await _stored_length(persistence, session)
+            events = session.events
+            if count < 0:
+                await persistence.create(session.header, events)
+            elif count > len(events):
+                raise SubagentError(
+                    ErrorCode.CORRUPT_SESSION,
+                    f"stored log of {session.id!r} is longer than the live log",
+                    field="session",
+                )
+            elif count < len(events):
+                await persistence.append(session.id, events[count:])
+            persisted[session.id] = (session, len(events))
+
+    return store.on_flush(write)
+
+
+async def _stored_length(persistence: SessionPersistence, session: LiveSession) -> int:
+    """The stored event count, or -1 when no row exists yet."""
+    try:
+        record = await persistence.inspect(session.id)
+    except LookupError:
+        return -1
+    return len(record.events)

@@ -1,0 +1,211 @@
+"""Cancellation and lifetime primitives for the asyncio adapters.
+
+Theory of operation
+-------------------
+1. ``AbortController.abort(reason)`` aborts its ``AbortSignal`` once: the first reason wins,
+   later calls change nothing. Listeners run synchronously, in registration order, each one
+   contained (a failing listener is logged and never starves its peers).
+2. ``AbortSignal.throw_if_aborted()`` raises the abort *reason* unchanged when it is an
+   exception (HARNESS-31); a non-exception reason (e.g. an agent ``CancelCause``) is wrapped
+   in ``AbortError`` whose ``reason`` is that exact object.
+3. ``race_abort(awaitable, signal)`` awaits an operation but gives up as soon as the signal
+   aborts, cancelling the operation and raising the reason as in rule 2. ``any_signal`` fuses
+   signals and returns a detacher, so a long-lived signal keeps no listener per operation.
+4. ``Emitter`` is a synchronous, enumerable listener list (HARNESS-29): ``emit`` contains each
+   listener; ``emit_vetoable`` lets a raising listener veto (the exception propagates).
+5. ``Scope`` collects cleanups and unwinds them in reverse order on ``dispose``; every cleanup
+   runs even if an earlier one fails, then the first failure is raised. ``defer`` returns a
+   single-shot disposer that runs its cleanup early (an async one is awaited by ``dispose``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+P = TypeVar("P")
+
+_log = logging.getLogger(__name__)
+
+Unsubscribe = Callable[[], None]
+
+
+class AbortError(Exception):
+    """Raised by ``throw_if_aborted`` when the abort reason is not itself an exception."""
+
+    def __init__(self, reason: object) -> None:
+        super().__init__(f"aborted: {reason!r}")
+        self.reason = reason
+
+
+class Emitter(Generic[P]):
+    """A synchronous listener list whose callbacks can be enumerated (HARNESS-29)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._listeners: list[Callable[[P], object]] = []
+
+    def subscribe(self, listener: Callable[[P], object]) -> Unsubscribe:
+        """Add ``listener``; the returned disposer removes it once (single-shot)."""
+        entry: list[Callable[[P], object]] = [listener]
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if entry:
+                self._listeners.remove(entry.pop())
+
+        return unsubscribe
+
+    @property
+    def listeners(self) -> tuple[Callable[[P], object], ...]:
+        """A snapshot of the current listeners, in registration order."""
+        return tuple(self._listeners)
+
+    def emit(self, payload: P) -> None:
+        """Call every listener; each failure is logged and contained."""
+        for listener in self.listeners:
+            try:
+                listener(payload)
+            except Exception:
+                _log.warning("%s listener failed", self.name, exc_info=True)
+
+    def emit_vetoable(self, payload: P) -> None:
+        """Call every listener; the first raising listener vetoes (its exception propagates)."""
+        for listener in self.listeners:
+            listener(payload)
+
+
+class AbortSignal:
+    """The read side of an ``AbortController``."""
+
+    def __init__(self) -> None:
+        self._aborted = False
+        self._reason: object = None
+        self._listeners: Emitter[object] = Emitter("abort")
+
+    @property
+    def aborted(self) -> bool:
+        return self._aborted
+
+    @property
+    def reason(self) -> object:
+        """The reason given at abort (``None`` while not aborted)."""
+        return self._reason
+
+    def throw_if_aborted(self) -> None:
+        """Raise the abort reason unchanged (HARNESS-31), or ``AbortError(reason)``."""
+        if not self._aborted:
+            return
+        if isinstance(self._reason, BaseException):
+            raise self._reason
+        raise AbortError(self._reason)
+
+    def add_listener(self, listener: Callable[[object], object]) -> Unsubscribe:
+        """Call ``listener(reason)`` at abort (immediately if already aborted)."""
+        if not self._aborted:
+            return self._listeners.subscribe(listener)
+        once: Emitter[object] = Emitter("abort")
+        once.subscribe(listener)
+        once.emit(self._reason)
+        return lambda: None
+
+    def _abort(self, reason: object) -> None:
+        self._aborted = True
+        self._reason = reason
+        listeners, self._listeners = self._listeners, Emitter("abort")
+        listeners.emit(reason)
+
+
+class AbortController:
+    """Owns one ``AbortSignal`` and aborts it once; the first reason wins."""
+
+    def __init__(self) -> None:
+        self.signal = AbortSignal()
+
+    def abort(self, reason: object = None) -> None:
+        """Abort with ``reason`` (``AbortError`` when ``None``); later calls are ignored."""
+        if not self.signal.aborted:
+            self.signal._abort(AbortError("aborted") if reason is None else reason)
+
+
+def any_signal(*signals: AbortSignal | None) -> tuple[AbortSignal, Unsubscribe]:
+    """A signal aborted with the reason of whichever input aborts first, and its detacher."""
+    fused = AbortController()
+    detachers = [s.add_listener(fused.abort) for s in signals if s is not None]
+
+    def detach() -> None:
+        for remove in detachers:
+            remove()
+
+    return fused.signal, detach
+
+
+async def race_abort(operation: Awaitable[T], signal: AbortSignal | None) -> T:
+    """Await ``operation`` unless ``signal`` aborts first; then cancel it and raise the reason."""
+    task = asyncio.ensure_future(operation)
+    if signal is None:
+        return await task
+    if signal.aborted:
+        task.cancel()
+        signal.throw_if_aborted()
+    aborted = asyncio.get_running_loop().create_future()
+
+    def on_abort(_reason: object) -> None:
+        aborted.set_result(None)  # listeners fire once, and this one is removed below
+
+    remove = signal.add_listener(on_abort)
+    try:
+        await asyncio.wait((task, aborted), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        remove()
+        if not task.done():
+            task.cancel()
+    if task.done() and not task.cancelled():
+        return task.result()
+    signal.throw_if_aborted()
+    return await task  # the operation was cancelled from elsewhere: propagate that
+
+
+class Scope:
+    """Single-shot cleanups unwound in reverse order on ``dispose`` (HARNESS-1 ``ctx``)."""
+
+    def __init__(self) -> None:
+        self._cleanups: list[Callable[[], Awaitable[None] | None]] = []
+        self._early: list[Awaitable[None]] = []
+        self._disposed = False
+
+    @property
+    def disposed(self) -> bool:
+        return self._disposed
+
+    def defer(self, cleanup: Callable[[], Awaitable[None] | None]) -> Unsubscribe:
+        """Register ``cleanup`` to run at dispose; the disposer runs it now, once."""
+        if self._disposed:
+            raise RuntimeError("scope already disposed")
+        self._cleanups.append(cleanup)
+
+        def run_now() -> None:
+            if cleanup in self._cleanups:
+                self._cleanups.remove(cleanup)
+                result = cleanup()
+                if isinstance(result, Awaitable):
+                    self._early.append(result)  # awaited by dispose
+
+        return run_now
+
+    async def dispose(self) -> None:
+        """Run every cleanup in reverse order; raise the first failure after all ran."""
+        self._disposed = True
+        failure: BaseException | None = None
+        while self._cleanups or self._early:
+            try:
+                result = self._early.pop() if self._early else self._cleanups.pop()()
+                if isinstance(result, Awaitable):
+                    await result
+            except Exception as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
