@@ -301,6 +301,8 @@ class SubagentResult:
     stop_reason: StopReason
     structured: JsonValue = None
     has_structured: bool = False
+    diagnostic: str | None = None
+    """Provider-written failure detail, only for non-completed results (ONE-15)."""
 
 
 # --------------------------------------------------------------------------- descriptor
