@@ -101,3 +101,10 @@ class InboxMessageChart(StateChart[object]):
 
     claimed = _.ACCEPTED.to(_.CLAIMED)
     discarded = _.ACCEPTED.to(_.DISCARDED)
+
+
+CHARTS: dict[str, type[StateChart[object]]] = {
+    "one-shot-run": OneShotRunChart,
+    "inbox-message": InboxMessageChart,
+}
+"""Every chart, by the file stem its diagram is written under."""
