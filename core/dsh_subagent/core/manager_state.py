@@ -1,0 +1,196 @@
+"""The continuation manager's state: Activation records, and the shared disposal steps.
+
+Theory of operation
+-------------------
+1. ``ManagerState`` holds the draining flag, the scoped closing roots, per-child epoch
+   counters and one ``Activation`` record per child id (RES-8, RES-9), all in persistent
+   maps, so an ordinary event costs O(log32 n) in the number of live Activations.
+2. ``Step`` is the working copy of one ``apply`` call: it rebinds the persistent maps and
+   collects effects in order; nothing outside the call ever sees it, so ``apply`` stays pure.
+3. Residency is derived from a record's facts, never stored (RES-1). ``settle_if_quiet`` is
+   the watcher's decision: a RESIDENT record found SETTLED opens disposal in the same step
+   (RES-5, RES-6). A MATERIALIZED record (admission in flight, RES-4) never settles.
+4. ``open_disposal`` is memoized by phase (TEAR-1): it cancels the live subtree top-down in
+   one step (TEAR-2 step 4, TEAR-3); ``flush_if_released`` moves a disposing record to its
+   flush once every owned child has been released (TEAR-2 steps 5-7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Final
+
+import attrs
+
+from dsh_subagent.core.authority import AgentRef
+from dsh_subagent.core.errors import ErrorCode
+from dsh_subagent.core.manager_effects import (
+    CancelAgent,
+    Effect,
+    FlushSession,
+    Reject,
+)
+from dsh_subagent.core.manager_events import (
+    LIVE,
+    UNPUBLISHED,
+    Phase,
+)
+from dsh_subagent.core.pmap import PMap
+from dsh_subagent.core.residency import (
+    ActivationState,
+    AgentStatus,
+    Residency,
+    ResidencyFacts,
+    activation_state,
+    residency,
+)
+from dsh_subagent.core.teardown import DurabilityReport, plan_teardown
+from dsh_subagent.core.values import CancelKind, EventId, MessageId, RunId, SessionId
+
+
+@attrs.frozen
+class Activation:
+    """One child's process-local record (RES-8); ``phase`` ABSENT is never stored."""
+
+    child_id: SessionId
+    phase: Phase
+    parent_session: SessionId | None
+    parent_agent: AgentRef | None = None
+    agent: AgentRef | None = None
+    lineage: frozenset[AgentRef] = frozenset()
+    epoch: int = 0
+    run_id: RunId | None = None
+    status: AgentStatus = AgentStatus.IDLE
+    accepted: frozenset[MessageId] = frozenset()
+    owned: PMap[SessionId, bool] = attrs.field(factory=PMap)
+    announced: bool = False
+    child_failures: int = 0
+    durability: DurabilityReport | None = None
+
+    def facts(self) -> ResidencyFacts:
+        """The residency facts of this record (RES-1, RES-4)."""
+        return ResidencyFacts(
+            status=self.status,
+            accepted_count=len(self.accepted),
+            owned_count=len(self.owned),
+            admission_open=self.phase is Phase.MATERIALIZED,
+        )
+
+
+@attrs.frozen
+class ManagerState:
+    """The whole manager: every record lives in a persistent map."""
+
+    activations: PMap[SessionId, Activation] = attrs.field(factory=PMap)
+    epochs: PMap[SessionId, int] = attrs.field(factory=PMap)
+    closing_roots: frozenset[AgentRef] = frozenset()
+    draining: bool = False
+
+
+OPENABLE: Final = frozenset({Phase.MATERIALIZED, Phase.RESIDENT})
+
+
+class Forest(Mapping[SessionId, PMap[SessionId, bool]]):
+    """The ownership forest as a read-only view over the records (no copy)."""
+
+    def __init__(self, records: PMap[SessionId, Activation]) -> None:
+        self._records = records
+
+    def __getitem__(self, key: SessionId) -> PMap[SessionId, bool]:
+        return self._records[key].owned
+
+    def __iter__(self) -> Iterator[SessionId]:
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
+class Step:
+    """The working copy of one ``apply`` call: rebinds persistent maps, collects effects."""
+
+    def __init__(self, state: ManagerState, cause: EventId) -> None:
+        self.records = state.activations
+        self.epochs = state.epochs
+        self.closing_roots = state.closing_roots
+        self.draining = state.draining
+        self.cause = cause
+        self.effects: list[Effect] = []
+
+    def get(self, child_id: SessionId | None) -> Activation | None:
+        return None if child_id is None else self.records.get(child_id)
+
+    def live(self, child_id: SessionId | None) -> Activation | None:
+        record = self.get(child_id)
+        return record if record is not None and record.phase in LIVE else None
+
+    def put(self, record: Activation) -> Activation:
+        self.records = self.records.set(record.child_id, record)
+        return record
+
+    def drop(self, child_id: SessionId) -> None:
+        self.records = self.records.remove(child_id)
+
+    def reject(self, code: ErrorCode, reason: str) -> None:
+        self.effects.append(Reject(self.cause, code, reason))
+
+    def lineage_closing(self, lineage: frozenset[AgentRef]) -> bool:
+        """TEAR-10: draining, or the lineage reaches a scoped closing root."""
+        return self.draining or not self.closing_roots.isdisjoint(lineage)
+
+    def agent_closing(self, agent: AgentRef | None) -> bool:
+        """Is ``agent`` closing: a member, or a resident whose lineage is closing?"""
+        if self.draining or agent in self.closing_roots:
+            return True
+        record = self.live(None if agent is None else agent.session_id)
+        return record is not None and record.agent == agent and self.lineage_closing(record.lineage)
+
+    def result(self) -> tuple[ManagerState, tuple[Effect, ...]]:
+        state = ManagerState(self.records, self.epochs, self.closing_roots, self.draining)
+        return state, tuple(self.effects)
+
+
+def settle_if_quiet(step: Step, record: Activation) -> None:
+    """The settlement decision and the disposal cutoff, in one step (RES-5, RES-6)."""
+    if record.phase is Phase.RESIDENT and residency(record.facts()) is Residency.SETTLED:
+        open_disposal(step, (record.child_id,))
+
+
+def open_disposal(step: Step, roots: Iterable[SessionId]) -> None:
+    """Open disposal on ``roots`` and their live subtrees: cancel top-down now (TEAR-1..3).
+
+    Every cancel precedes every flush; a node owning nothing flushes at once, leaves first.
+    """
+    flushing: list[SessionId] = []
+    for node in plan_teardown(Forest(step.records), roots).cancel_order:
+        record = step.records[node]
+        if record.phase in OPENABLE:
+            released = not record.owned
+            step.put(attrs.evolve(record, phase=Phase.FLUSHING if released else Phase.DISPOSING))
+            step.effects.append(CancelAgent(step.cause, node, CancelKind.PARENT, keep_inbox=False))
+            if released:
+                flushing.append(node)
+    step.effects.extend(FlushSession(step.cause, node) for node in reversed(flushing))
+
+
+def flush_if_released(step: Step, record: Activation) -> None:
+    """Once every owned child is released, quiesce and flush (TEAR-2 steps 5-7)."""
+    if record.phase is Phase.DISPOSING and not record.owned:
+        step.put(attrs.evolve(record, phase=Phase.FLUSHING))
+        step.effects.append(FlushSession(step.cause, record.child_id))
+
+
+def activation_state_of(state: ManagerState, child_id: SessionId) -> ActivationState | None:
+    """The public residency of ``child_id``: running, waiting, or None (DESIGN decision 3)."""
+    record = state.activations.get(child_id)
+    if record is None or record.phase in UNPUBLISHED:
+        return None
+    return activation_state(record.facts())
+
+
+def residency_of(state: ManagerState, child_id: SessionId) -> Residency | None:
+    """The derived residency of a published record, or None (RES-1)."""
+    record = state.activations.get(child_id)
+    if record is None or record.phase in UNPUBLISHED:
+        return None
+    return residency(record.facts())

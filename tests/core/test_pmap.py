@@ -1,0 +1,109 @@
+"""Model tests of the persistent hash map against ``dict``."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dsh_subagent.core.pmap import PMap
+
+
+class Clashing:
+    """A key whose hash is chosen by the test, to force shared prefixes and full collisions."""
+
+    def __init__(self, name: int, hashed: int) -> None:
+        self.name = name
+        self.hashed = hashed
+
+    def __hash__(self) -> int:
+        return self.hashed
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Clashing) and other.name == self.name
+
+    def __repr__(self) -> str:
+        return f"Clashing({self.name}, {self.hashed})"
+
+
+# Hashes drawn from a tiny set (full collisions) or sharing long low-bit prefixes.
+HASHES = [0, 1, 32, 1 << 30, (1 << 60) | 3, (1 << 61) | 3, -1, 7, 1 << 35]
+keys = st.integers(0, 40).map(lambda n: Clashing(n, HASHES[n % len(HASHES)])) | st.integers(
+    -50, 50
+).map(lambda n: Clashing(n + 100, n))
+ops = st.lists(st.tuples(st.booleans(), keys, st.integers()), max_size=60)
+
+
+@given(ops)
+def test_pmap_matches_dict_model(operations: list[tuple[bool, Clashing, int]]) -> None:
+    model: dict[Clashing, int] = {}
+    pmap: PMap[Clashing, int] = PMap()
+    history = []
+    for is_set, key, value in operations:
+        before = pmap
+        if is_set:
+            model[key] = value
+            pmap = pmap.set(key, value)
+        else:
+            model.pop(key, None)
+            pmap = pmap.remove(key)
+        history.append((before, dict(before.items())))
+        assert len(pmap) == len(model)
+        assert dict(pmap.items()) == model
+        assert all(pmap[k] == v and k in pmap for k, v in model.items())
+        assert key in pmap or pmap.get(key) is None
+    # Persistence: every earlier version still holds its own content.
+    for version, content in history:
+        assert dict(version.items()) == content
+
+
+@given(st.dictionaries(st.integers(), st.integers(), max_size=80))
+def test_pmap_built_from_mapping_equals_it(content: dict[int, int]) -> None:
+    pmap = PMap(content)
+    assert pmap == content
+    assert sorted(pmap) == sorted(content)
+    assert repr(pmap) == f"PMap({dict(pmap.items())!r})"
+
+
+def test_pmap_missing_keys() -> None:
+    pmap: PMap[str, int] = PMap({"a": 1})
+    assert pmap.get("b") is None
+    assert pmap.get("b", 5) == 5
+    assert pmap.remove("b") is pmap
+    try:
+        pmap["b"]
+    except KeyError:
+        pass
+    else:  # pragma: no cover - the assertion above must raise
+        raise AssertionError("missing key did not raise")
+    assert len(pmap.remove("a")) == 0
+
+
+def test_pmap_large_map_stays_consistent() -> None:
+    pmap: PMap[int, int] = PMap()
+    for n in range(5000):
+        pmap = pmap.set(n, n * 2)
+    for n in range(0, 5000, 2):
+        pmap = pmap.remove(n)
+    assert len(pmap) == 2500
+    assert all(pmap[n] == n * 2 for n in range(1, 5000, 2))
+    assert 0 not in pmap
+
+
+def test_pmap_full_hash_collisions_share_a_bucket() -> None:
+    a, b, c = Clashing(1, 99), Clashing(2, 99), Clashing(3, 99)
+    other = Clashing(4, 99 + 32)
+    pmap: PMap[Clashing, int] = PMap({a: 1, b: 2})
+    pmap = pmap.set(c, 3).set(b, 20).set(other, 4)
+    assert dict(pmap.items()) == {a: 1, b: 20, c: 3, other: 4}
+    assert pmap.get(Clashing(5, 99)) is None
+    assert pmap.remove(Clashing(5, 99)) is pmap
+    only_bucket = pmap.remove(other)
+    assert dict(only_bucket.items()) == {a: 1, b: 20, c: 3}
+    pair = only_bucket.remove(c)
+    assert dict(pair.items()) == {a: 1, b: 20}
+    single = pair.remove(a)
+    assert dict(single.items()) == {b: 20}
+    # A bucket meeting a leaf whose hash differs only deep down splits into branches.
+    deep = Clashing(6, 99 | (1 << 40))
+    assert dict(pair.set(deep, 6).items()) == {a: 1, b: 20, deep: 6}
+    assert dict(PMap({deep: 6}).set(a, 1).set(b, 2).items()) == {deep: 6, a: 1, b: 2}
