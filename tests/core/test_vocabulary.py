@@ -253,3 +253,14 @@ def test_harness_10_splice_and_message_event_shapes() -> None:
     result = wire.tool_result_data("read", "c1", (TextBlock("ok"),), is_error=False)
     assert result["callId"] == "c1"
     assert wire.decode_content(result["content"], "content") == (TextBlock("ok"),)
+
+
+def test_err_0_errors_survive_copy_and_pickle() -> None:
+    import copy
+    import pickle
+
+    err = SubagentError(ErrorCode.UNAUTHORIZED, "not yours", field="parent")
+    for clone in (copy.deepcopy(err), pickle.loads(pickle.dumps(err))):
+        assert clone.code is ErrorCode.UNAUTHORIZED
+        assert clone.field == "parent"
+        assert str(clone) == str(err)

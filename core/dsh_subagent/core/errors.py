@@ -76,6 +76,10 @@ class SubagentError(Exception):
         if cause is not None:
             self.__cause__ = cause
 
+    def __reduce__(self) -> tuple[type[SubagentError], tuple[ErrorCode, str], dict[str, object]]:
+        """Pickle/copy support: the code is a required constructor argument."""
+        return (type(self), (self.code, self.message), {"field": self.field, "cause": self.cause})
+
     @property
     def message(self) -> str:
         """The human-readable message (without the code prefix)."""
