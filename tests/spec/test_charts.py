@@ -27,3 +27,24 @@ def test_charts_are_strict_about_illegal_events() -> None:
     run = OneShotRunChart()
     with pytest.raises(TransitionNotAllowed):
         run.send("ChildQuiesced")
+
+
+def test_cont_10_activation_chart_matches_core_tables() -> None:
+    from dsh_subagent.core import manager
+    from dsh_subagent.spec.charts import ActivationChart
+
+    core = {(s, e.__name__, t) for (s, e), t in manager.TRANSITIONS.items()}
+    core |= {(s, e.__name__, t) for (s, e), t in manager.REFUSALS.items()}
+    core |= {(s, name.replace(" ", "_"), t) for (s, name), t in manager.STATE_TRIGGERED.items()}
+    assert edges(ActivationChart) == core
+
+
+def test_cont_5_activation_chart_guards_choose_the_refusal_edge() -> None:
+    from dsh_subagent.core.manager_events import Phase
+    from dsh_subagent.spec.charts import ActivationChart
+
+    chart = ActivationChart()
+    for event in ("ChildIdReserved", "DescriptorSnapshotted"):
+        chart.send(event)
+    chart.send("ChildPrepared", admission_lost=True)
+    assert chart.current_state_value is Phase.ABSENT

@@ -15,11 +15,13 @@ Theory of operation
 
 from __future__ import annotations
 
-from statemachine import StateChart
+from statemachine import State, StateChart
 from statemachine.states import States
 
 from dsh_subagent.core.inbox import MessageState
+from dsh_subagent.core.manager_events import Phase
 from dsh_subagent.core.oneshot import RunPhase
+from dsh_subagent.core.residency import AgentStatus, Residency, ResidencyFacts
 
 Edge = tuple[object, str, object]
 
@@ -103,8 +105,169 @@ class InboxMessageChart(StateChart[object]):
     discarded = _.ACCEPTED.to(_.DISCARDED)
 
 
+class ActivationChart(StateChart[object]):
+    """One continuable child's Activation record: start phases, rollback, residency, teardown.
+
+    Rules: CONT-3, CONT-5, CONT-7, CONT-9, CONT-10, CONT-14, CONT-16, CONT-17, RES-6, TEAR-1,
+    TEAR-2, TEAR-7. Guards take the facts as keyword arguments of ``send``.
+    """
+
+    allow_event_without_transition = False
+    catch_errors_as_events = False
+
+    _ = States.from_enum(Phase, initial=Phase.ABSENT)
+
+    # A fresh start reserves the id; a reservation of a live id is refused (DUPLICATE_CHILD).
+    ChildIdReserved = (
+        _.ABSENT.to(_.RESERVED)
+        | _.RESERVED.to.itself()
+        | _.SNAPSHOTTED.to.itself()
+        | _.PREPARED.to.itself()
+        | _.RESUMING.to.itself()
+        | _.MATERIALIZED.to.itself()
+        | _.RESIDENT.to.itself()
+        | _.DISPOSING.to.itself()
+        | _.FLUSHING.to.itself()
+        | _.RELEASING.to.itself()
+    )
+    DescriptorSnapshotted = _.RESERVED.to(_.SNAPSHOTTED)
+    # After the provider's await, and after materialization, admission is checked again: a
+    # start that lost it (DRAINING, ACTIVATION_CLOSING) is dropped (CONT-5, CONT-10).
+    ChildPrepared = _.SNAPSHOTTED.to(_.PREPARED, unless="admission_lost") | _.SNAPSHOTTED.to(
+        _.ABSENT, cond="admission_lost"
+    )
+    ColdResumeStarted = _.ABSENT.to(_.RESUMING)
+    ChildMaterialized = (
+        _.PREPARED.to(_.MATERIALIZED, unless="admission_lost")
+        | _.PREPARED.to(_.ABSENT, cond="admission_lost")
+        | _.RESUMING.to(_.MATERIALIZED, unless="admission_lost")
+        | _.RESUMING.to(_.ABSENT, cond="admission_lost")
+    )
+    # Failure before the first acceptance: unpublished records vanish silently; a published
+    # one goes through ordinary disposal, closing its event pair without a notice (CONT-9).
+    StartRolledBack = (
+        _.RESERVED.to(_.ABSENT)
+        | _.SNAPSHOTTED.to(_.ABSENT)
+        | _.PREPARED.to(_.ABSENT)
+        | _.RESUMING.to(_.ABSENT)
+        | _.MATERIALIZED.to(_.DISPOSING)
+    )
+    # Routing never changes the phase: enqueue, wake, cold-resume or wait for release.
+    FollowupRequested = (
+        _.ABSENT.to.itself()
+        | _.MATERIALIZED.to.itself()
+        | _.RESIDENT.to.itself()
+        | _.DISPOSING.to.itself()
+        | _.FLUSHING.to.itself()
+        | _.RELEASING.to.itself()
+    )
+    MessageAccepted = _.MATERIALIZED.to(_.RESIDENT) | _.RESIDENT.to.itself()
+    MessageSendFailed = _.MATERIALIZED.to.itself() | _.RESIDENT.to.itself()
+    MessageClaimed = (
+        _.MATERIALIZED.to.itself()
+        | _.RESIDENT.to.itself()
+        | _.DISPOSING.to.itself()
+        | _.FLUSHING.to.itself()
+        | _.RELEASING.to.itself()
+    )
+    MessageDiscarded = (
+        _.MATERIALIZED.to.itself()
+        | _.RESIDENT.to.itself()
+        | _.DISPOSING.to.itself()
+        | _.FLUSHING.to.itself()
+        | _.RELEASING.to.itself()
+    )
+    AgentBecameIdle = (
+        _.MATERIALIZED.to.itself()
+        | _.RESIDENT.to.itself()
+        | _.DISPOSING.to.itself()
+        | _.FLUSHING.to.itself()
+        | _.RELEASING.to.itself()
+    )
+    AgentBecameBusy = (
+        _.MATERIALIZED.to.itself()
+        | _.RESIDENT.to.itself()
+        | _.DISPOSING.to.itself()
+        | _.FLUSHING.to.itself()
+        | _.RELEASING.to.itself()
+    )
+    # State-triggered edges, taken inside another event: settlement opens disposal in the same
+    # step (RES-6); drain or a parent's disposal opens it top-down (TEAR-2 step 4); a node
+    # flushes once every owned child is released (child-first, TEAR-3).
+    settled = _.RESIDENT.to(_.DISPOSING)
+    disposal_opened = _.MATERIALIZED.to(_.DISPOSING) | _.RESIDENT.to(_.DISPOSING)
+    children_released = _.DISPOSING.to(_.FLUSHING)
+    FlushReported = _.FLUSHING.to(_.RELEASING)
+    DisposalFinished = _.RELEASING.to(_.ABSENT)
+
+    def admission_lost(self, admission_lost: bool = False) -> bool:
+        """Guard: the start lost admission while it awaited (a drain or closing parent)."""
+        return admission_lost
+
+
+def _busy(facts: ResidencyFacts) -> bool:
+    return facts.status is AgentStatus.RUNNING or facts.accepted_count > 0 or facts.admission_open
+
+
+class ResidencyChart(StateChart[object]):
+    """An Activation's derived residency (RES-1): running, waiting, settled, plus absent.
+
+    The guards restate RES-1 over the facts *after* the event (``send(event, facts=...)``):
+    running while a driver runs, an admission is open or an accepted waking message is
+    unclaimed; else waiting while it owns undisposed children; else settled, at which point the
+    manager opens disposal in the same step (RES-6), so no fact event follows SETTLED.
+    """
+
+    allow_event_without_transition = False
+    catch_errors_as_events = False
+
+    absent = State(initial=True, value="absent")
+    _ = States.from_enum(Residency, initial=None)
+
+    materialized = absent.to(_.RUNNING)
+    released = _.SETTLED.to(absent)
+
+    agent_started = _.RUNNING.to.itself() | _.WAITING.to(_.RUNNING)
+    message_admitted = _.RUNNING.to.itself() | _.WAITING.to(_.RUNNING)
+    admission_closed = (
+        _.RUNNING.to.itself(cond="busy")
+        | _.RUNNING.to(_.WAITING, cond="waiting")
+        | _.RUNNING.to(_.SETTLED, cond="quiet")
+    )
+    agent_idled = (
+        _.RUNNING.to.itself(cond="busy")
+        | _.RUNNING.to(_.WAITING, cond="waiting")
+        | _.RUNNING.to(_.SETTLED, cond="quiet")
+    )
+    message_left = (
+        _.RUNNING.to.itself(cond="busy")
+        | _.RUNNING.to(_.WAITING, cond="waiting")
+        | _.RUNNING.to(_.SETTLED, cond="quiet")
+    )
+    child_owned = _.RUNNING.to.itself() | _.WAITING.to.itself()
+    child_released = (
+        _.RUNNING.to.itself()
+        | _.WAITING.to.itself(cond="waiting")
+        | _.WAITING.to(_.SETTLED, cond="quiet")
+    )
+
+    def busy(self, facts: ResidencyFacts) -> bool:
+        """Guard: a driver runs, an admission is open, or a waking message is unclaimed."""
+        return _busy(facts)
+
+    def waiting(self, facts: ResidencyFacts) -> bool:
+        """Guard: quiescent but still owning an undisposed child."""
+        return not _busy(facts) and facts.owned_count > 0
+
+    def quiet(self, facts: ResidencyFacts) -> bool:
+        """Guard: quiescent and owning nothing."""
+        return not _busy(facts) and facts.owned_count == 0
+
+
 CHARTS: dict[str, type[StateChart[object]]] = {
     "one-shot-run": OneShotRunChart,
     "inbox-message": InboxMessageChart,
+    "activation": ActivationChart,
+    "residency": ResidencyChart,
 }
 """Every chart, by the file stem its diagram is written under."""
