@@ -955,3 +955,17 @@ def test_random_event_sequences_keep_the_invariants(sequence: list[list[Event]])
         state = new_state
         _check_invariants(state)
     assert refused <= {ErrorCode.ILLEGAL_TRANSITION}
+
+
+def test_auth_2_cold_resume_refuses_a_stale_parent_or_forged_grant_before_reconstruction() -> None:
+    d = Driver()
+    stale = ParentAuthority(Presented(agent("root"), None))
+    assert rejected(d(FollowupRequested(eid(), sid("cold"), MessageId("m"), stale))) is (
+        ErrorCode.UNAUTHORIZED
+    )
+    forged = UserAuthority(grant_genuine=False)
+    assert rejected(d(FollowupRequested(eid(), sid("cold"), MessageId("m"), forged))) is (
+        ErrorCode.UNAUTHORIZED
+    )
+    genuine = UserAuthority(grant_genuine=True)
+    assert kinds(d(FollowupRequested(eid(), sid("cold"), MessageId("m"), genuine))) == [ResumeAgent]

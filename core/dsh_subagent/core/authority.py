@@ -125,6 +125,17 @@ def authorize_followup(authority: FollowupAuthority, header_parent: SessionId | 
     return authorize_parent_followup(authority.caller, header_parent)
 
 
+def precheck_followup(authority: FollowupAuthority) -> Decision:
+    """Fail fast, before reconstructing a cold child: the caller must be exact live and a
+    user grant genuine; the header comparison follows once the header is read (AUTH-2).
+
+    post: not isinstance(__return__, Denied) or __return__.code is ErrorCode.UNAUTHORIZED
+    """
+    if isinstance(authority, UserAuthority):
+        return ALLOWED if authority.grant_genuine else _FORGED_GRANT
+    return ALLOWED if authority.caller.is_exact_live else _STALE_PARENT
+
+
 def authorize_parent_followup(caller: Presented, header_parent: SessionId | None) -> Decision:
     """Only the exact live direct parent named by the header may deliver (AUTH-1).
 

@@ -34,6 +34,7 @@ from dsh_subagent.core.authority import (
     Denied,
     ParentAuthority,
     authorize_followup,
+    precheck_followup,
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.manager_effects import (
@@ -138,11 +139,14 @@ TRANSITIONS: Final[Mapping[tuple[Phase, type[ChildEvent]], Phase]] = {
 """Legal ``(phase, event type) -> phase`` edges of the normal path."""
 
 REFUSALS: Final[Mapping[tuple[Phase, type[ChildEvent]], Phase]] = {
+    (_P.ABSENT, ChildIdReserved): _P.ABSENT,
+    (_P.ABSENT, ColdResumeStarted): _P.ABSENT,
     (_P.SNAPSHOTTED, ChildPrepared): _P.ABSENT,
     (_P.PREPARED, ChildMaterialized): _P.ABSENT,
     (_P.RESUMING, ChildMaterialized): _P.ABSENT,
 }
-"""Edges taken when a start loses admission (DRAINING, ACTIVATION_CLOSING): rolled back."""
+"""Edges taken when a start or cold resume is refused admission (DRAINING,
+ACTIVATION_CLOSING): it never begins, or it is rolled back."""
 
 STATE_TRIGGERED: Final[Mapping[tuple[Phase, str], Phase]] = {
     (_P.RESIDENT, "settled"): _P.DISPOSING,
@@ -261,6 +265,10 @@ def _absent_child_event(step: Step, event: ChildEvent) -> None:
     else:
         assert isinstance(event, FollowupRequested)
         if not _admits_delivery(step, event, frozenset()):
+            return
+        decision = precheck_followup(event.authority)
+        if isinstance(decision, Denied):
+            step.reject(decision.code, decision.reason)
             return
         step.effects.append(ResumeAgent(step.cause, event.child_id, event.message_id))
 

@@ -119,7 +119,8 @@ class ActivationChart(StateChart[object]):
 
     # A fresh start reserves the id; a reservation of a live id is refused (DUPLICATE_CHILD).
     ChildIdReserved = (
-        _.ABSENT.to(_.RESERVED)
+        _.ABSENT.to(_.RESERVED, unless="admission_lost")
+        | _.ABSENT.to.itself(cond="admission_lost")
         | _.RESERVED.to.itself()
         | _.SNAPSHOTTED.to.itself()
         | _.PREPARED.to.itself()
@@ -136,7 +137,9 @@ class ActivationChart(StateChart[object]):
     ChildPrepared = _.SNAPSHOTTED.to(_.PREPARED, unless="admission_lost") | _.SNAPSHOTTED.to(
         _.ABSENT, cond="admission_lost"
     )
-    ColdResumeStarted = _.ABSENT.to(_.RESUMING)
+    ColdResumeStarted = _.ABSENT.to(_.RESUMING, unless="admission_lost") | _.ABSENT.to.itself(
+        cond="admission_lost"
+    )
     ChildMaterialized = (
         _.PREPARED.to(_.MATERIALIZED, unless="admission_lost")
         | _.PREPARED.to(_.ABSENT, cond="admission_lost")
