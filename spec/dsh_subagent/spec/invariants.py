@@ -84,7 +84,8 @@ def _one_activation_per_child(state: ManagerState) -> list[str]:
         if record.agent is not None:
             other = agents.setdefault(record.agent, child_id)
             if other != child_id:
-                found.append(f"agent {record.agent} is resident as {other} and {child_id}")
+                pair = " and ".join(sorted((other, child_id)))
+                found.append(f"agent {record.agent} is resident as {pair}")
     return found
 
 
