@@ -1,0 +1,338 @@
+"""Hypothesis stateful machines over the seam, shared by ``stateful_tests/`` and ``verify``.
+
+``CoreMachine`` is the core lockstep machine: the continuation manager's ``apply`` against the
+spec's charts. This module needs Hypothesis (a development / ``verify`` extra dependency).
+
+Hypothesis draws event sequences (rules are named after the events); after every step:
+- the core's phase change of every child must be a path in ``ActivationChart`` — the applied
+  event (for its child) followed by state-triggered edges — and the chart instance, driven
+  along that path, must land where the core did; an event the core refuses as illegal must
+  have no edge in the chart;
+- every state and trace invariant of ``dsh_subagent.spec.invariants`` must hold.
+A ``drain_to_completion`` rule tears everything down and checks the "eventually" obligations.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from typing import ClassVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
+
+from dsh_subagent.core.authority import (
+    AgentRef,
+    AncestorInterrupt,
+    ParentAuthority,
+    Presented,
+    UserAuthority,
+)
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.manager import ManagerState, apply
+from dsh_subagent.core.manager_effects import Reject
+from dsh_subagent.core.manager_events import (
+    AgentBecameBusy,
+    AgentBecameIdle,
+    AgentDisposed,
+    ChildEvent,
+    ChildIdReserved,
+    ChildMaterialized,
+    ChildPrepared,
+    ColdResumeStarted,
+    DescendantsOf,
+    DescriptorSnapshotted,
+    DisposalFinished,
+    DrainRequested,
+    Event,
+    FlushReported,
+    FollowupRequested,
+    InterruptRequested,
+    MessageAccepted,
+    MessageClaimed,
+    MessageDiscarded,
+    Phase,
+    ReportDelivery,
+    ReportRequested,
+    SelectedChildren,
+    StartRolledBack,
+    WholeManager,
+)
+from dsh_subagent.core.notices import EpochOutcome
+from dsh_subagent.core.teardown import FlushOutcome
+from dsh_subagent.core.values import EventId, KnownStop, MessageId, RunId, SessionId
+from dsh_subagent.spec.charts import ActivationChart, edges
+from dsh_subagent.spec.invariants import TraceStep, check_state, check_trace
+
+CHART_EDGES = edges(ActivationChart)
+TRIGGERED = ("settled", "disposal_opened", "children_released")
+ROOT = AgentRef(SessionId("root"), 1)
+CHILD_NAMES = [SessionId(n) for n in ("a", "b", "c", "d")]
+MESSAGES = st.sampled_from(["m1", "m2", "m3"]).map(MessageId)
+STOPS = st.sampled_from(list(KnownStop))
+
+
+def _path(old: Phase, new: Phase, first: str | None) -> list[str] | None:
+    """Shortest chart path old -> new: ``first`` (if given) then state-triggered edges."""
+    starts = [([first], t) for s, e, t in CHART_EDGES if s is old and e == first] if first else []
+    frontier = starts or [([], old)]
+    seen = set()
+    while frontier:
+        names, phase = frontier.pop(0)
+        if phase is new and (first is None or names):
+            return names
+        if phase in seen:
+            continue
+        seen.add(phase)
+        frontier += [([*names, e], t) for s, e, t in CHART_EDGES if s is phase and e in TRIGGERED]
+    return None
+
+
+class CoreMachine(RuleBasedStateMachine):
+    """Drives ``manager.apply`` and one ``ActivationChart`` per child in lockstep."""
+
+    totals: ClassVar[collections.Counter[str]] = collections.Counter()
+    """Checks per invariant ID across every instance since the last ``reset_counts``."""
+    violated: ClassVar[set[str]] = set()
+
+    children = Bundle("children")
+    agents = Bundle("agents")
+    # Any child id seen so far: reserved, resumed, or started whole (an agent's session id).
+    subjects = st.one_of(children, agents.map(lambda ref: ref.session_id))
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = ManagerState()
+        self.trace: list[TraceStep] = []
+        self.charts: dict[SessionId, ActivationChart] = {}
+        self.ids = itertools.count()
+        self.tokens = itertools.count(2)
+        self.checks: collections.Counter[str] = collections.Counter()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _eid(self) -> EventId:
+        return EventId(f"e{next(self.ids)}")
+
+    def _phase(self, state: ManagerState, child: SessionId) -> Phase:
+        record = state.activations.get(child)
+        return Phase.ABSENT if record is None else record.phase
+
+    def _apply(self, event: Event) -> None:
+        subject = getattr(event, "child_id", None)
+        name = type(event).__name__
+        try:
+            after, effects = apply(self.state, event)
+        except SubagentError as error:
+            assert error.code is ErrorCode.ILLEGAL_TRANSITION, error  # noqa: PT017
+            assert subject is not None, "only per-child events may be illegal"
+            old = self._phase(self.state, subject)
+            assert not any(s is old and e == name for s, e, _ in CHART_EDGES), (
+                f"core refused {name} in {old}, the chart accepts it"
+            )
+            return
+        lost = any(isinstance(e, Reject) for e in effects)
+        for child in {
+            *self.charts,
+            *(r for r in after.activations),
+            *([subject] if subject else []),
+        }:
+            old, new = self._phase(self.state, child), self._phase(after, child)
+            first = name if child == subject else None
+            if first is None and old is new:
+                continue
+            path = _path(old, new, first)
+            assert path is not None, f"{child}: {old} -> {new} on {name} is not in the chart"
+            chart = self.charts.setdefault(child, ActivationChart())
+            assert chart.current_state_value is old
+            for step in path:
+                chart.send(step, admission_lost=lost)
+            assert chart.current_state_value is new
+        self.trace.append(TraceStep(event, effects, self.state, after))
+        self.state = after
+
+    # ------------------------------------------------------------------ rules
+
+    @rule(target=children, name=st.sampled_from(CHILD_NAMES))
+    def reserve(self, name: SessionId) -> SessionId:
+        self._apply(ChildIdReserved(self._eid(), name, ROOT))
+        return name
+
+    @rule(target=children, name=st.sampled_from(CHILD_NAMES))
+    def cold_resume(self, name: SessionId) -> SessionId:
+        self._apply(ColdResumeStarted(self._eid(), name, ROOT.session_id))
+        return name
+
+    @rule(target=agents, name=st.sampled_from(CHILD_NAMES), parent=st.none() | agents)
+    def start_resident(self, name: SessionId, parent: AgentRef | None) -> AgentRef:
+        """A whole fresh start, reserve to first acceptance, under root or a live child."""
+        return self._start(name, parent)
+
+    def _start(self, name: SessionId, parent: AgentRef | None) -> AgentRef:
+        owner = parent or ROOT
+        ref = AgentRef(name, next(self.tokens))
+        message = MessageId(f"m-{next(self.ids)}")
+        for event in (
+            ChildIdReserved(self._eid(), name, owner),
+            DescriptorSnapshotted(self._eid(), name),
+            ChildPrepared(self._eid(), name),
+            ChildMaterialized(
+                self._eid(),
+                name,
+                RunId(f"run-{next(self.ids)}"),
+                ref,
+                frozenset({ref, owner, ROOT}),
+            ),
+            FollowupRequested(
+                self._eid(), name, message, ParentAuthority(Presented(owner, owner.token))
+            ),
+            MessageAccepted(self._eid(), name, message),
+        ):
+            self._apply(event)
+        return ref
+
+    @rule(
+        target=agents,
+        names=st.lists(st.sampled_from(CHILD_NAMES), min_size=3, max_size=3, unique=True),
+    )
+    def start_family(self, names: list[SessionId]) -> AgentRef:
+        """A parent with two live children: the shape child-first release is about."""
+        parent = self._start(names[0], None)
+        for name in names[1:]:
+            self._start(name, parent)
+        return parent
+
+    @rule(child=subjects)
+    def settle(self, child: SessionId) -> None:
+        """The child claims everything it was sent and goes idle."""
+        record = self.state.activations.get(child)
+        for message in sorted(record.accepted) if record else []:
+            self._apply(MessageClaimed(self._eid(), child, message))
+        self._apply(AgentBecameIdle(self._eid(), child))
+
+    @rule(child=subjects)
+    def DescriptorSnapshotted(self, child: SessionId) -> None:
+        self._apply(DescriptorSnapshotted(self._eid(), child))
+
+    @rule(child=subjects)
+    def ChildPrepared(self, child: SessionId) -> None:
+        self._apply(ChildPrepared(self._eid(), child))
+
+    @rule(target=agents, child=children)
+    def ChildMaterialized(self, child: SessionId) -> AgentRef:
+        ref = AgentRef(child, next(self.tokens))
+        run = RunId(f"run-{next(self.ids)}")
+        self._apply(ChildMaterialized(self._eid(), child, run, ref, frozenset({ref, ROOT})))
+        return ref
+
+    @rule(child=subjects, handle=st.booleans())
+    def StartRolledBack(self, child: SessionId, handle: bool) -> None:
+        self._apply(StartRolledBack(self._eid(), child, handle))
+
+    @rule(child=subjects, message=MESSAGES, stale=st.booleans(), user=st.booleans())
+    def FollowupRequested(
+        self, child: SessionId, message: MessageId, stale: bool, user: bool
+    ) -> None:
+        authority = (
+            UserAuthority(grant_genuine=not stale)
+            if user
+            else ParentAuthority(Presented(ROOT, None if stale else ROOT.token))
+        )
+        self._apply(FollowupRequested(self._eid(), child, message, authority))
+
+    @rule(child=subjects, message=MESSAGES)
+    def MessageAccepted(self, child: SessionId, message: MessageId) -> None:
+        self._apply(MessageAccepted(self._eid(), child, message))
+
+    @rule(child=subjects, message=MESSAGES, claimed=st.booleans())
+    def MessageLeft(self, child: SessionId, message: MessageId, claimed: bool) -> None:
+        kind = MessageClaimed if claimed else MessageDiscarded
+        self._apply(kind(self._eid(), child, message))
+
+    @rule(child=subjects, busy=st.booleans())
+    def AgentStatusChanged(self, child: SessionId, busy: bool) -> None:
+        self._apply((AgentBecameBusy if busy else AgentBecameIdle)(self._eid(), child))
+
+    @rule(child=subjects, outcome=st.sampled_from(list(FlushOutcome)))
+    def FlushReported(self, child: SessionId, outcome: FlushOutcome) -> None:
+        self._apply(FlushReported(self._eid(), child, outcome))
+
+    @rule(child=subjects, stop=STOPS)
+    def DisposalFinished(self, child: SessionId, stop: KnownStop) -> None:
+        notice = MessageId(f"notice-{next(self.ids)}")
+        self._apply(DisposalFinished(self._eid(), child, EpochOutcome(stop), notice))
+
+    @rule(child=subjects, caller=agents)
+    def InterruptRequested(self, child: SessionId, caller: AgentRef) -> None:
+        authority = AncestorInterrupt(Presented(caller, caller.token))
+        self._apply(InterruptRequested(self._eid(), child, authority))
+
+    @rule(sender=agents, message=MESSAGES, delivery=st.sampled_from(list(ReportDelivery)))
+    def ReportRequested(
+        self, sender: AgentRef, message: MessageId, delivery: ReportDelivery
+    ) -> None:
+        self._apply(ReportRequested(self._eid(), sender, message, delivery))
+
+    @rule(root=agents)
+    def DrainDescendants(self, root: AgentRef) -> None:
+        self._apply(DrainRequested(self._eid(), DescendantsOf((Presented(root, root.token),))))
+
+    @rule(child=subjects)
+    def DrainChildren(self, child: SessionId) -> None:
+        scope = SelectedChildren(Presented(ROOT, ROOT.token), (child,))
+        self._apply(DrainRequested(self._eid(), scope))
+
+    @rule(agent=agents)
+    def AgentDisposed(self, agent: AgentRef) -> None:
+        self._apply(AgentDisposed(self._eid(), agent))
+
+    @rule()
+    def drain_to_completion(self) -> None:
+        """Close admission, dispose everything child-first, then check the obligations."""
+        self._apply(DrainRequested(self._eid(), WholeManager()))
+        for _ in range(8 * len(CHILD_NAMES)):
+            pending = [(c, r.phase) for c, r in self.state.activations.items()]
+            if not pending:
+                break
+            for child, phase in pending:
+                for event in self._finishers(child, phase):
+                    self._apply(event)
+        assert not list(self.state.activations), "drain left records behind"
+        self._check(complete=True)
+
+    def _finishers(self, child: SessionId, phase: Phase) -> list[Event]:
+        if phase is Phase.FLUSHING:
+            return [FlushReported(self._eid(), child, FlushOutcome.OK)]
+        if phase is Phase.RELEASING:
+            outcome = EpochOutcome(KnownStop.ABORTED)
+            notice = MessageId(f"notice-{next(self.ids)}")
+            return [DisposalFinished(self._eid(), child, outcome, notice)]
+        if phase is Phase.DISPOSING:
+            record = self.state.activations.get(child)
+            accepted = sorted(record.accepted) if record else []
+            return [MessageDiscarded(self._eid(), child, m) for m in accepted]
+        unpublished: ChildEvent = StartRolledBack(self._eid(), child, False)
+        return [unpublished] if phase is not Phase.MATERIALIZED else []
+
+    # ------------------------------------------------------------------ invariants
+
+    def _check(self, *, complete: bool = False) -> None:
+        for inv_id, found in {
+            **check_state(self.state),
+            **check_trace(self.trace, complete=complete),
+        }.items():
+            self.checks[inv_id] += 1
+            CoreMachine.totals[inv_id] += 1
+            if found:
+                CoreMachine.violated.add(inv_id)
+            assert not found, f"{inv_id}: {found}"
+
+    @invariant()
+    def spec_invariants_hold(self) -> None:
+        self._check()
+
+    @classmethod
+    def reset_counts(cls) -> None:
+        """Forget the counts of earlier runs."""
+        cls.totals.clear()
+        cls.violated.clear()
