@@ -1,5 +1,81 @@
 """The pure, IO-free core of the subagent seam.
 
-Values, errors and transition functions only: no asyncio, clocks, randomness or IO.
-Ids and times arrive as event fields. See ``docs/spec.md`` for the rules it implements.
+Values, errors and transition functions only: no asyncio, clocks, randomness or IO. Ids and
+times arrive as event fields. The machines live in their own modules
+(``dsh_subagent.core.manager``, ``.oneshot``, ``.inbox``); this package exports the value
+vocabulary and the error type. See ``docs/spec.md`` for the rules each module implements.
 """
+
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.residency import ActivationState, Residency
+from dsh_subagent.core.values import (
+    AgentOptions,
+    BaseSource,
+    BaseSourceKind,
+    Content,
+    ContentBlock,
+    ContinuableDescriptor,
+    CoordinatorSource,
+    DataBlock,
+    JsonObject,
+    JsonValue,
+    KnownStop,
+    MessageId,
+    MessageSource,
+    Mode,
+    OneShotDescriptor,
+    OtherStop,
+    ParentRef,
+    RunId,
+    SessionEvent,
+    SessionHeader,
+    SessionId,
+    StopReason,
+    SubagentCapabilities,
+    SubagentDescriptorData,
+    SubagentReportSource,
+    SubagentResult,
+    SubagentSettledSource,
+    SubagentStartRequest,
+    TextBlock,
+    ToolFilter,
+    UserMessage,
+)
+
+__all__ = [
+    "ActivationState",
+    "AgentOptions",
+    "BaseSource",
+    "BaseSourceKind",
+    "Content",
+    "ContentBlock",
+    "ContinuableDescriptor",
+    "CoordinatorSource",
+    "DataBlock",
+    "ErrorCode",
+    "JsonObject",
+    "JsonValue",
+    "KnownStop",
+    "MessageId",
+    "MessageSource",
+    "Mode",
+    "OneShotDescriptor",
+    "OtherStop",
+    "ParentRef",
+    "Residency",
+    "RunId",
+    "SessionEvent",
+    "SessionHeader",
+    "SessionId",
+    "StopReason",
+    "SubagentCapabilities",
+    "SubagentDescriptorData",
+    "SubagentError",
+    "SubagentReportSource",
+    "SubagentResult",
+    "SubagentSettledSource",
+    "SubagentStartRequest",
+    "TextBlock",
+    "ToolFilter",
+    "UserMessage",
+]
