@@ -907,3 +907,42 @@ def test_harness_29_scope_unwinds_in_reverse_and_raises_first_failure() -> None:
             scope.defer(lambda: None)
 
     run(main)
+
+
+# ------------------------------------------------------------------ issue #6 hooks
+
+
+def test_harness_9_step_entering_fires_before_step_start_and_can_veto() -> None:
+    from dsh_subagent.adapters.agent_loop import StepEntering
+    from dsh_subagent.adapters.composition import PromptComposer
+    from dsh_subagent.core.values import STEP_START
+
+    async def main() -> None:
+        prompt = PromptComposer()
+        prompt.section("s", 1, "section")
+        prompt.context("c", 2, "context")
+        agent, model = make_agent([reply("a")], prompt=prompt)
+        seen: list[tuple[int, int, bool]] = []
+
+        def record(entering: StepEntering) -> None:
+            started = any(e.type == STEP_START for e in agent.session.events)
+            seen.append((entering.turn, entering.step, started))
+
+        agent.step_entering.subscribe(record)
+        agent.followup(msg("go"))
+        await agent.when_idle()
+        assert seen == [(1, 1, False)]
+        assert model.requests[0].system_prompt == (("s", 1, "section"),)
+        assert model.requests[0].runtime_context == (("c", 2, "context"),)
+
+        def veto(entering: StepEntering) -> None:
+            raise RuntimeError("no step")
+
+        agent.step_entering.subscribe(veto)
+        agent.followup(msg("again"))
+        await agent.when_idle()
+        end = agent.session.events[-1]
+        assert end.type == TURN_END
+        assert wire.turn_end_reason(end.data).value == "error"
+
+    run(main)

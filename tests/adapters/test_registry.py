@@ -398,3 +398,25 @@ def test_harness_17_resume_after_crash_through_bound_persistence() -> None:
         await resumed.dispose()
 
     run(main)
+
+
+def test_harness_16_configure_runs_before_setup_and_a_failure_rolls_back() -> None:
+    async def main() -> None:
+        world = World()
+        order: list[str] = []
+
+        def configure(agent: ReferenceAgent) -> None:
+            order.append(f"configure {agent.id}")
+            agent.ctx.defer(lambda: order.append("unwound"))
+            raise RuntimeError("configure failed")
+
+        async def setup(ctx: Scope) -> None:
+            order.append("setup")
+
+        with pytest.raises(RuntimeError, match="configure failed"):
+            await world.registry.create(CreateOptions(SID, setup=setup, configure=configure))
+        assert order == [f"configure {SID}", "unwound"]
+        assert world.registry.get(SID) is None
+        assert world.store.get(SID) is None
+
+    run(main)

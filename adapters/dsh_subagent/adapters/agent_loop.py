@@ -23,6 +23,11 @@ Theory of operation
    message, tool results and ``step/end``. ``turn/end`` records completed, max-tokens
    (sticky), aborted with its cause, or error (HARNESS-9). Turn numbers continue from the
    last ``turn/start`` in the log, seed included.
+6. Each agent has a ``PromptComposer`` (system-prompt sections and runtime context, scoped
+   over a parent composer) and a ``ScopedTools`` layer over the global tools; both are
+   visible in every ``ModelRequest``. ``step_entering`` fires (vetoable) once the pre-step
+   decision is to enter a step, before ``step/start``: a raising listener ends the turn
+   ``error``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import TypeVar
 
 import attrs
 
+from dsh_subagent.adapters.composition import PromptComposer
 from dsh_subagent.adapters.protocols import (
     AgentStatus,
     CancelCause,
@@ -46,7 +52,7 @@ from dsh_subagent.adapters.protocols import (
     StatusNotification,
 )
 from dsh_subagent.adapters.signals import AbortController, AbortSignal, Emitter, Scope, race_abort
-from dsh_subagent.adapters.tool_registry import ToolRegistry
+from dsh_subagent.adapters.tool_registry import ScopedTools, ToolRegistry
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_int
@@ -183,6 +189,15 @@ class _Inbox:
             self.splice(target, 0, len(self._lists[target]), canceled=True)
 
 
+@attrs.frozen
+class StepEntering:
+    """The pre-step decision was to enter ``step`` of ``turn`` (before ``step/start``)."""
+
+    agent: SessionId
+    turn: int
+    step: int
+
+
 @attrs.define
 class _Idle:
     last_turn: int
@@ -226,10 +241,12 @@ class ReferenceAgent:
         tools: ToolRegistry | None = None,
         options: AgentOptions | None = None,
         pre_step: PreStepHook | None = None,
+        prompt: PromptComposer | None = None,
     ) -> None:
         self.session = session
         self.options = options or AgentOptions()
-        self.tools = tools or ToolRegistry()
+        self.tools = tools if isinstance(tools, ScopedTools) else ScopedTools(tools)
+        self.prompt = prompt or PromptComposer()
         self.ctx = Scope()
         self._model = model
         self._pre_step = pre_step
@@ -237,6 +254,7 @@ class ReferenceAgent:
         self.claimed: Emitter[InboxNotification] = Emitter("agent/inbox/claimed")
         self.discarded: Emitter[InboxNotification] = Emitter("agent/inbox/discarded")
         self.status_changed: Emitter[StatusNotification] = Emitter("agent/status")
+        self.step_entering: Emitter[StepEntering] = Emitter("agent/step-entering")
         self._inbox = _Inbox(session, self._notify)
         self._phase: _Idle | _Maintenance | _Running = _Idle(_last_turn(session))
         self._activity: asyncio.Future[None] | None = None
@@ -408,6 +426,7 @@ class ReferenceAgent:
                 if running.step == 0 and not claimed:
                     ends = TurnEndReason.COMPLETED
                     return False
+                self.step_entering.emit_vetoable(StepEntering(self.id, turn, step))
                 self.session.append(STEP_START, {})
                 running.step = step
                 try:
@@ -444,7 +463,16 @@ class ReferenceAgent:
         return True
 
     async def _step(self, turn: int, step: int, signal: AbortSignal) -> TurnEndReason | None:
-        request = ModelRequest(self.id, turn, step, self.session.events, self.tools.names(), signal)
+        request = ModelRequest(
+            self.id,
+            turn,
+            step,
+            self.session.events,
+            self.tools.names(),
+            signal,
+            system_prompt=tuple((p.name, p.order, p.text) for p in self.prompt.system_prompt()),
+            runtime_context=tuple((p.name, p.order, p.text) for p in self.prompt.runtime_context()),
+        )
         result = await race_abort(self._model.step(request), signal)
         signal.throw_if_aborted()
         for chunk in result.chunks:

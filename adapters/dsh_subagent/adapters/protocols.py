@@ -36,6 +36,8 @@ from dsh_subagent.core.values import (
 )
 
 T = TypeVar("T")
+PromptLine = tuple[str, int, str]
+"""A prompt section or runtime-context part as ``(name, order, text)``."""
 
 # --------------------------------------------------------------------------- shared values
 
@@ -105,6 +107,11 @@ class ModelRequest:
     events: tuple[SessionEvent, ...]
     tools: tuple[str, ...]
     signal: AbortSignal = attrs.field(eq=False)
+    system_prompt: tuple[PromptLine, ...] = ()
+    """Merged system-prompt sections ``(name, order, text)`` visible to this agent."""
+    runtime_context: tuple[PromptLine, ...] = ()
+    """Merged runtime-context contributions ``(name, order, text)`` (e.g. the delegation
+    statement of a child)."""
 
 
 @attrs.frozen

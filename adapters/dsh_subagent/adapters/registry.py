@@ -5,7 +5,9 @@ Theory of operation
 1. ``get(id)`` returns the live agent or ``None``; ``enter`` is the authoritative same-id
    collision point (HARNESS-14).
 2. ``create``/``resume`` run one transaction (HARNESS-16): prepare the session (the store
-   validates the seed), build the agent with the factory, await ``setup(agent.ctx)`` raced
+   validates the seed), build the agent with the factory, run the synchronous
+   ``configure(agent)`` (the unpublished creation window's composition), await
+   ``setup(agent.ctx)`` raced
    against the caller signal and the registry's teardown, call ``commit()`` synchronously,
    then publish: enter the session, enter the agent, emit ``session/created`` and
    ``agent/created`` (a raising listener vetoes and rolls back) and ``agent/session-start``.
@@ -51,6 +53,8 @@ class SetupCommit(Protocol):
 
 AgentSetup = Callable[[Scope], Awaitable[SetupCommit | None]]
 AgentFactory = Callable[[LiveSession, AgentOptions], ReferenceAgent]
+AgentConfigure = Callable[[ReferenceAgent], None]
+"""Synchronous composition of a not-yet-published agent (its registrations go on ``ctx``)."""
 
 
 @attrs.frozen
@@ -63,6 +67,7 @@ class CreateOptions:
     agent_options: AgentOptions | None = None
     signal: AbortSignal | None = attrs.field(default=None, eq=False)
     setup: AgentSetup | None = attrs.field(default=None, eq=False)
+    configure: AgentConfigure | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -166,6 +171,7 @@ class AgentRegistry:
             options.setup,
             options.signal,
             SessionStartSource.STARTUP,
+            configure=options.configure,
         )
 
     async def resume(self, options: ResumeOptions) -> AgentHandle:
@@ -194,11 +200,15 @@ class AgentRegistry:
         setup: AgentSetup | None,
         caller_signal: AbortSignal | None,
         source: SessionStartSource,
+        *,
+        configure: AgentConfigure | None = None,
     ) -> AgentHandle:
         signal, detach = any_signal(caller_signal, self._teardown.signal)
         agent = self._factory(session, agent_options or AgentOptions())
         try:
             signal.throw_if_aborted()
+            if configure is not None:
+                configure(agent)
             commit = None if setup is None else await race_abort(setup(agent.ctx), signal)
             if commit is not None:
                 commit.commit()

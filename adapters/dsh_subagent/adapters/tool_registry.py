@@ -11,17 +11,23 @@ Theory of operation
    deny-only view shows tools registered later (catalog L-20); an allow list never does.
 3. ``execute(call, signal)`` refuses hidden or unknown tools and contains handler failures as
    an error result the model can read; only the turn's abort propagates (HARNESS-31).
+4. ``ScopedTools`` is one agent's layer over a global registry (DRIVER-7/8): its own tools are
+   child-local (registered here, added after filtering and never filtered); ``install_restriction``
+   adds a scoped, removable restriction over the global tools (allow before deny; several
+   intersect; live, so a deny-only restriction admits later globals); unknown names and the
+   reserved ``run_code`` are rejected loudly. Guards may refuse a call before it runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
 
 import attrs
 
 from dsh_subagent.adapters.protocols import ToolCall
 from dsh_subagent.adapters.signals import AbortSignal, Unsubscribe
-from dsh_subagent.core.errors import invalid
+from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import check_json, require_str
 from dsh_subagent.core.values import Content, JsonObject, TextBlock
 
@@ -131,3 +137,103 @@ class ToolRegistry:
             return _error(f"tool {call.name!r} failed: {exc}")
         signal.throw_if_aborted()
         return outcome
+
+
+RESERVED_TOOL: Final = "run_code"
+ToolGuard = Callable[[ToolCall], str | None]
+"""``guard(call) -> refusal text | None``: a non-``None`` text refuses the call."""
+
+
+@attrs.frozen
+class _Restriction:
+    allow: frozenset[str] | None
+    deny: frozenset[str]
+
+    def admits(self, name: str) -> bool:
+        return (self.allow is None or name in self.allow) and name not in self.deny
+
+
+def _quoted(names: Sequence[str]) -> str:
+    return ", ".join(f'"{name}"' for name in names)
+
+
+class ScopedTools(ToolRegistry):
+    """One agent's tool layer: restricted global tools, then its own child-local tools."""
+
+    def __init__(self, base: ToolRegistry | None = None) -> None:
+        super().__init__()
+        self._base = base or ToolRegistry()
+        self._restrictions: list[_Restriction] = []
+        self._guards: list[ToolGuard] = []
+
+    def global_layer(self) -> ToolRegistry:
+        """The global registry this layer filters (what a child of this agent starts from)."""
+        return self._base
+
+    def register(self, tool: Tool) -> Unsubscribe:
+        """Register a child-local tool: visible here only, never filtered."""
+        if not isinstance(tool, Tool):
+            raise invalid("tool", "must be a Tool")
+        require_str(tool.name, "tool.name", non_empty=True)
+        check_json(tool.schema, "tool.schema")
+        if tool.name in self._tools:
+            raise invalid("tool.name", f"tool {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+        def unregister() -> None:
+            if self._tools.get(tool.name) is tool:
+                del self._tools[tool.name]
+
+        return unregister
+
+    def tools(self) -> tuple[Tool, ...]:
+        visible = tuple(
+            tool
+            for tool in self._base.tools()
+            if tool.name not in self._tools and all(r.admits(tool.name) for r in self._restrictions)
+        )
+        return visible + tuple(self._tools.values())
+
+    def install_restriction(
+        self, *, allow: Sequence[str] | None = None, deny: Sequence[str] | None = None
+    ) -> Unsubscribe:
+        """Restrict the global tools this layer shows; the disposer lifts it (DRIVER-8)."""
+        if allow is None and deny is None:
+            raise invalid("tool_filter", "must name allow and/or deny")
+        named = [*(allow or ()), *(deny or ())]
+        if RESERVED_TOOL in named:
+            raise invalid(
+                "tool_filter",
+                f"tools.restrict() cannot name reserved Code Mode presentation transport "
+                f'"{RESERVED_TOOL}"; restrict end-capability tools instead',
+            )
+        known = sorted(self._base.names())
+        unknown = [name for name in dict.fromkeys(named) if name not in known]
+        if unknown:
+            noun = "tool" if len(unknown) == 1 else "tools"
+            listing = ", ".join(known) or "(none)"
+            raise SubagentError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"tools.restrict() names unknown global {noun} {_quoted(unknown)}; "
+                f"known global tools: {listing}",
+                field="tool_filter",
+            )
+        restriction = _Restriction(
+            None if allow is None else frozenset(allow), frozenset(deny or ())
+        )
+        self._restrictions.append(restriction)
+        return lambda: (
+            self._restrictions.remove(restriction) if restriction in self._restrictions else None
+        )
+
+    def add_guard(self, guard: ToolGuard) -> Unsubscribe:
+        """Refuse calls for which ``guard`` returns a reason (checked before execution)."""
+        self._guards.append(guard)
+        return lambda: self._guards.remove(guard) if guard in self._guards else None
+
+    async def execute(self, call: ToolCall, signal: AbortSignal) -> ToolOutcome:
+        for guard in tuple(self._guards):
+            refusal = guard(call)
+            if refusal is not None:
+                return _error(refusal)
+        return await super().execute(call, signal)

@@ -1,0 +1,334 @@
+"""``SubagentService``: the provider registry, one-shot starts and the lifecycle events.
+
+Theory of operation
+-------------------
+1. Providers are kept by name in insertion order (REG-1). ``register_provider`` reads the
+   name once, refuses a taken name with ``DUPLICATE_PROVIDER`` leaving the entry untouched
+   (REG-3), inserts, arms a single-shot disposer, then emits ``subagent/provider-added``
+   uncontained: a raising listener vetoes, the disposer runs and the error propagates (REG-4).
+   The disposer deletes the name and emits ``subagent/provider-removed``, contained (REG-5).
+   Removal only blocks new work: names are looked up on every start (REG-6, REG-7).
+2. ``start(name, request)`` admits the request before any child exists, in the order of ONE-2:
+   provider lookup (``NO_PROVIDER``), capabilities (CAP-2..4), the ``max_depth`` domain, the
+   output schema (object-rooted, inside the ``jsonschema``-checked subset), every other field,
+   then the descriptor snapshot. Each failure is a typed ``SubagentError`` naming the field.
+3. The resolved request carries the validated core request (its ``ParentRef`` derived from the
+   live parent), the descriptor (ONE-3) and a fresh uuid4 run id (EVT-3). Then the service
+   drives its own core one-shot machine for the run: ``provider.start`` fulfilling is
+   ``ChildPublished`` (whose ``ObserveResult`` attaches the end observer before ``EmitStart``
+   emits ``subagent/start``, EVT-6); a rejection is ``StartFailed`` and the error propagates
+   with no event (EVT-7); the result settling is ``ResultSettled``/``ResultFaulted``, whose
+   ``EmitEnd`` emits ``subagent/end``. ``local`` is snapshotted from the run's exact
+   ``local_agent`` (EVT-4) and ``provider`` is the name used at start (EVT-5). The caller
+   gets the provider's run unchanged. The run effects belong to the provider (its signal is
+   the request's), so the service's instance ignores them.
+4. Listeners (``on``) may be scoped to a delegating parent session: run events reach only that
+   parent's listeners (EVT-12); provider events are unscoped. Every listener except
+   ``provider-added``'s is contained: a raise or a failing returned awaitable is logged as a
+   warning naming the event, and the other listeners still run (EVT-13, EVT-15).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeAlias
+
+import attrs
+
+from dsh_subagent.adapters.protocols import Agent, SessionPersistence
+from dsh_subagent.adapters.providers.base import (
+    ResolvedStartRequest,
+    StartRequest,
+    SubagentProvider,
+    SubagentRun,
+    can_prepare_continuable,
+    render_error,
+)
+from dsh_subagent.adapters.registry import AgentRegistry
+from dsh_subagent.adapters.schema import check_output_schema
+from dsh_subagent.adapters.session import SessionStore
+from dsh_subagent.adapters.signals import AbortSignal, Unsubscribe
+from dsh_subagent.core import oneshot
+from dsh_subagent.core.capabilities import check_capabilities, validate_start_request
+from dsh_subagent.core.depth import delegation_depth_of, validate_max_depth
+from dsh_subagent.core.descriptor import one_shot_descriptor
+from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
+from dsh_subagent.core.jsonvalue import require_str
+from dsh_subagent.core.lifecycle import (
+    PROVIDER_ADDED,
+    PROVIDER_REMOVED,
+    SUBAGENT_END,
+    SUBAGENT_START,
+    ProviderAddedInfo,
+    ProviderRemovedInfo,
+    RunEndInfo,
+    RunStartInfo,
+)
+from dsh_subagent.core.values import (
+    EventId,
+    ParentRef,
+    RunId,
+    SessionId,
+    SubagentResult,
+    SubagentStartRequest,
+)
+
+_log = logging.getLogger(__name__)
+
+LifecyclePayload: TypeAlias = ProviderAddedInfo | ProviderRemovedInfo | RunStartInfo | RunEndInfo
+Listener: TypeAlias = Callable[[LifecyclePayload], object]
+EVENT_NAMES: Final = (PROVIDER_ADDED, PROVIDER_REMOVED, SUBAGENT_START, SUBAGENT_END)
+_RUN_EVENTS: Final = (SUBAGENT_START, SUBAGENT_END)
+
+
+@attrs.frozen
+class _Subscription:
+    listener: Listener = attrs.field(eq=False)
+    parent: SessionId | None
+
+
+def _parent_of(payload: LifecyclePayload) -> SessionId | None:
+    match payload:
+        case RunStartInfo(parent_session=parent):
+            return parent
+        case RunEndInfo(start=RunStartInfo(parent_session=parent)):
+            return parent
+    return None
+
+
+def _check_parent(parent: object) -> Agent:
+    if not all(hasattr(parent, name) for name in ("id", "session", "options", "ctx")):
+        raise invalid("request.parent", "must be the live parent Agent")
+    return parent  # type: ignore[return-value]  # structurally checked above
+
+
+def resolve_start_request(
+    name: str, provider: SubagentProvider, request: object
+) -> ResolvedStartRequest:
+    """Admit a one-shot request for ``provider`` in the order of ONE-2 (rule 2)."""
+    if not isinstance(request, StartRequest):
+        raise invalid("request", "must be a StartRequest")
+    if not isinstance(request.signal, AbortSignal):
+        raise invalid("request.signal", "is required and must be an AbortSignal")
+    parent = _check_parent(request.parent)
+    header = parent.session.header
+    core = SubagentStartRequest(
+        prompt=request.prompt,
+        parent=ParentRef(parent.id, header.cwd, 0, parent.options),
+        label=request.label,
+        output_schema=request.output_schema,
+        max_depth=request.max_depth,
+        tool_filter=request.tool_filter,
+        persona=request.persona,
+        agent_options=request.agent_options,
+    )
+    check_capabilities(core, provider.capabilities)
+    validate_max_depth(core.max_depth)
+    if core.output_schema is not None:
+        check_output_schema(core.output_schema)
+    validate_start_request(core)
+    depth = delegation_depth_of(header, parent.options)
+    core = attrs.evolve(core, parent=attrs.evolve(core.parent, delegation_depth=depth))
+    descriptor = one_shot_descriptor(name, core)
+    return ResolvedStartRequest(core, parent, request.signal, descriptor, RunId(str(uuid.uuid4())))
+
+
+class _RunObserver:
+    """The service's instance of the one-shot machine for one run: lifecycle effects only."""
+
+    def __init__(self, service: SubagentService, resolved: ResolvedStartRequest) -> None:
+        core = resolved.request
+        self._service = service
+        self._state = oneshot.begin_run(
+            resolved.descriptor.provider, core.parent.session_id, core.label
+        )
+        self._ids = (EventId(f"{resolved.run_id}@{n}") for n in itertools.count(1))
+        self._run: SubagentRun | None = None
+
+    def apply(self, event: oneshot.RunEvent) -> None:
+        self._state, effects = oneshot.apply(self._state, event)
+        for effect in effects:
+            match effect:
+                case oneshot.ObserveResult():
+                    assert self._run is not None
+                    self._run.result.add_done_callback(self._on_result)
+                case oneshot.EmitStart(info=info):
+                    self._service._emit(SUBAGENT_START, info)
+                case oneshot.EmitEnd(info=info):
+                    self._service._emit(SUBAGENT_END, info)
+                case _:
+                    pass  # run effects: the provider carries them out (rule 3)
+
+    def next_id(self) -> EventId:
+        return next(self._ids)
+
+    def published(self, run: SubagentRun, run_id: RunId) -> None:
+        self._run = run
+        local = run.local_agent is not None
+        self.apply(oneshot.ChildPublished(self.next_id(), run_id, run.id, local))
+
+    def _on_result(self, result: asyncio.Future[SubagentResult]) -> None:
+        if result.cancelled():
+            self.apply(oneshot.ResultFaulted(self.next_id(), "the run's result was cancelled"))
+            return
+        error = result.exception()
+        value = None if error is not None else result.result()
+        if isinstance(value, SubagentResult):
+            self.apply(oneshot.ResultSettled(self.next_id(), value))
+        else:
+            why = render_error(error) if error is not None else "not a SubagentResult"
+            self.apply(oneshot.ResultFaulted(self.next_id(), why))
+
+
+class SubagentService:
+    """The seam's service (``ctx.subagents``): providers, one-shot starts, lifecycle events."""
+
+    def __init__(
+        self,
+        agents: AgentRegistry | None = None,
+        sessions: SessionStore | None = None,
+        persistence: SessionPersistence | None = None,
+    ) -> None:
+        self.agents = agents
+        self.sessions = sessions
+        self.persistence = persistence
+        self._providers: dict[str, SubagentProvider] = {}
+        self._listeners: dict[str, list[_Subscription]] = {name: [] for name in EVENT_NAMES}
+
+    # ------------------------------------------------------------------ registry (REG)
+
+    def register_provider(self, provider: SubagentProvider) -> Callable[[], None]:
+        """Register ``provider``; returns a single-shot disposer (rule 1)."""
+        name = require_str(provider.name, "provider.name", non_empty=True)
+        if name in self._providers:
+            raise SubagentError(
+                ErrorCode.DUPLICATE_PROVIDER,
+                f'a subagent provider named "{name}" is already registered',
+                field="provider.name",
+            )
+        self._providers[name] = provider
+        armed = [True]
+
+        def dispose() -> None:
+            if not armed:
+                return
+            armed.clear()
+            if self._providers.get(name) is provider:
+                del self._providers[name]
+            self._emit(PROVIDER_REMOVED, ProviderRemovedInfo(name))
+
+        added = ProviderAddedInfo(name, provider.capabilities, can_prepare_continuable(provider))
+        try:
+            self._emit(PROVIDER_ADDED, added)
+        except BaseException:
+            dispose()
+            raise
+        return dispose
+
+    def list(self) -> list[str]:
+        """Registered provider names in registration order (REG-1)."""
+        return list(self._providers)
+
+    def get_provider(self, name: str) -> SubagentProvider | None:
+        """The provider registered as ``name``, or ``None`` (REG-1)."""
+        return self._providers.get(name)
+
+    # ------------------------------------------------------------------ one-shot (ONE)
+
+    async def start(self, name: str, request: StartRequest) -> SubagentRun:
+        """Admit, start through the provider, and observe one one-shot run (rules 2-3)."""
+        provider = self._providers.get(name)
+        if provider is None:
+            raise SubagentError(
+                ErrorCode.NO_PROVIDER,
+                f'no subagent provider registered for "{name}"',
+                field="name",
+            )
+        resolved = resolve_start_request(name, provider, request)
+        observer = _RunObserver(self, resolved)
+        remove = resolved.signal.add_listener(
+            lambda _reason: observer.apply(oneshot.StartAborted(observer.next_id()))
+        )
+        try:
+            run = await provider.start(resolved)
+        except BaseException as error:
+            observer.apply(oneshot.StartFailed(observer.next_id(), render_error(error)))
+            raise
+        finally:
+            remove()
+        try:
+            observer.published(run, resolved.run_id)
+        except BaseException:
+            await run.dispose()  # an unpublishable run (e.g. an empty id) is not handed out
+            raise
+        return run
+
+    # ------------------------------------------------------------------ events (EVT)
+
+    def on(
+        self, event_name: str, listener: Listener, *, parent: SessionId | None = None
+    ) -> Unsubscribe:
+        """Listen to one lifecycle event; run events may be scoped to one parent (rule 4)."""
+        if event_name not in self._listeners:
+            raise invalid("event_name", f"unknown lifecycle event {event_name!r}")
+        if parent is not None and event_name not in _RUN_EVENTS:
+            raise invalid("parent", "only subagent/start and subagent/end are parent-scoped")
+        subscription = _Subscription(listener, parent)
+        listeners = self._listeners[event_name]
+        listeners.append(subscription)
+
+        def unsubscribe() -> None:
+            if subscription in listeners:
+                listeners.remove(subscription)
+
+        return unsubscribe
+
+    def _emit(self, event_name: str, payload: LifecyclePayload) -> None:
+        """Dispatch one lifecycle event; only ``provider-added`` listeners may veto."""
+        parent = _parent_of(payload)
+        for subscription in tuple(self._listeners[event_name]):
+            if subscription.parent is not None and subscription.parent != parent:
+                continue
+            if event_name == PROVIDER_ADDED:
+                outcome = subscription.listener(payload)
+            else:
+                try:
+                    outcome = subscription.listener(payload)
+                except Exception as error:
+                    _log.warning("%s listener failed: %s", event_name, render_error(error))
+                    continue
+            if isinstance(outcome, Awaitable):
+                _contain(event_name, outcome)
+
+
+def _contain(event_name: str, outcome: Awaitable[object]) -> None:
+    """Log a failure of a listener's returned awaitable instead of letting it escape."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError as error:  # no running loop to await it on
+        _log.warning("%s listener returned an awaitable outside a loop: %s", event_name, error)
+        if asyncio.iscoroutine(outcome):
+            outcome.close()
+        return
+    future = asyncio.ensure_future(outcome, loop=loop)
+
+    def report(done: asyncio.Future[object]) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            error = done.exception()
+            assert error is not None
+            _log.warning("%s listener failed: %s", event_name, render_error(error))
+
+    future.add_done_callback(report)
+
+
+__all__ = [
+    "EVENT_NAMES",
+    "LifecyclePayload",
+    "Listener",
+    "SubagentService",
+    "resolve_start_request",
+]
