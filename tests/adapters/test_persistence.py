@@ -818,3 +818,16 @@ def test_sqlite_bad_synchronous_refused(tmp_path: Path, level: object) -> None:
         run(SqlitePersistence.open(tmp_path / "s.db", synchronous=level))  # type: ignore[arg-type]
     assert (caught.value.code, caught.value.field) == (ErrorCode.INVALID_ARGUMENT, "synchronous")
     assert not (tmp_path / "s.db").exists()
+
+
+def test_sqlite_open_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "not-a.db"
+    path.write_text("garbage, not SQLite")
+
+    async def main() -> None:
+        with pytest.raises(SubagentError) as info:
+            await SqlitePersistence.open(path)
+        assert info.value.code is ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert info.value.field == "path"
+
+    asyncio.run(main())

@@ -31,15 +31,36 @@ Theory of operation
 from __future__ import annotations
 
 import asyncio
+import builtins
 import itertools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, TypeAlias
 
 import attrs
 
-from dsh_subagent.adapters.protocols import Agent, SessionPersistence
+from dsh_subagent.adapters import catalog
+from dsh_subagent.adapters.continuation import ContinuationManager
+from dsh_subagent.adapters.continuation_types import (
+    AncestorAuthority,
+    ContinuableStart,
+    ContinuableStartSpec,
+    ParentAgent,
+    UserGrant,
+    UserInterruptAuthority,
+)
+from dsh_subagent.adapters.projections import (
+    SessionProjectionRegistry,
+    register_subagent_projections,
+)
+from dsh_subagent.adapters.protocols import (
+    Agent,
+    ApprovalPolicyService,
+    ProjectionCache,
+    SandboxPolicyService,
+    SessionPersistence,
+)
 from dsh_subagent.adapters.providers.base import (
     ResolvedStartRequest,
     StartRequest,
@@ -51,6 +72,7 @@ from dsh_subagent.adapters.providers.base import (
 from dsh_subagent.adapters.registry import AgentRegistry
 from dsh_subagent.adapters.schema import check_output_schema
 from dsh_subagent.adapters.session import SessionStore
+from dsh_subagent.adapters.setup_registry import ContinuableSetupRegistry, SetupContribution
 from dsh_subagent.adapters.signals import AbortSignal, Unsubscribe
 from dsh_subagent.core import oneshot
 from dsh_subagent.core.capabilities import check_capabilities, validate_start_request
@@ -68,8 +90,15 @@ from dsh_subagent.core.lifecycle import (
     RunEndInfo,
     RunStartInfo,
 )
+from dsh_subagent.core.listing import DescendantRow, ListingRow
+from dsh_subagent.core.manager_events import ReportDelivery
+from dsh_subagent.core.residency import ActivationState
 from dsh_subagent.core.values import (
+    USER_SOURCE,
+    Content,
     EventId,
+    MessageId,
+    MessageSource,
     ParentRef,
     RunId,
     SessionId,
@@ -192,12 +221,39 @@ class SubagentService:
         agents: AgentRegistry | None = None,
         sessions: SessionStore | None = None,
         persistence: SessionPersistence | None = None,
+        *,
+        projections: SessionProjectionRegistry | None = None,
+        cache: ProjectionCache | None = None,
+        sandbox: SandboxPolicyService | None = None,
+        approval: ApprovalPolicyService | None = None,
     ) -> None:
         self.agents = agents
         self.sessions = sessions
         self.persistence = persistence
+        self.projections = projections
+        self.cache = cache
         self._providers: dict[str, SubagentProvider] = {}
         self._listeners: dict[str, list[_Subscription]] = {name: [] for name in EVENT_NAMES}
+        self._setups = ContinuableSetupRegistry()
+        # PROJ-1: the subagent projection units exist while a projection registry does.
+        self._unregister_projections = (
+            register_subagent_projections(projections) if projections is not None else None
+        )
+        # CONT-2: the continuation manager exists only while an agent registry does.
+        self._continuations = (
+            ContinuationManager(
+                agents=agents,
+                sessions=sessions,
+                persistence=lambda: self.persistence,
+                providers=self.get_provider,
+                emit=self._emit,
+                setups=self._setups,
+                sandbox=lambda: sandbox,
+                approval=lambda: approval,
+            )
+            if agents is not None and sessions is not None
+            else None
+        )
 
     # ------------------------------------------------------------------ registry (REG)
 
@@ -303,6 +359,111 @@ class SubagentService:
                     continue
             if isinstance(outcome, Awaitable):
                 _contain(event_name, outcome)
+
+    # ------------------------------------------------------------------ continuable (CONT)
+
+    def _require_continuations(self) -> ContinuationManager:
+        if self._continuations is None:
+            raise SubagentError(
+                ErrorCode.CONTINUATION_UNAVAILABLE,
+                "continuable children need an agent registry and a session store",
+            )
+        return self._continuations
+
+    async def start_continuable(self, spec: ContinuableStartSpec) -> ContinuableStart:
+        """Start a continuable child; returns its id once the prompt is accepted (CONT-1..12)."""
+        return await self._require_continuations().start_continuable(spec)
+
+    async def followup(
+        self,
+        child_id: SessionId,
+        content: Content,
+        authority: ParentAgent | UserGrant,
+        *,
+        source: MessageSource = USER_SOURCE,
+        signal: AbortSignal | None = None,
+    ) -> MessageId:
+        """Send a continuable child its next turn, waking or cold-resuming it (CONT-14..21)."""
+        return await self._require_continuations().followup(
+            child_id, content, authority, source=source, signal=signal
+        )
+
+    def interrupt(
+        self, child_id: SessionId, authority: AncestorAuthority | UserInterruptAuthority
+    ) -> None:
+        """Stop a child's current turn, keeping its inbox; a no-op without a manager (CONT-23)."""
+        if self._continuations is not None:
+            self._continuations.interrupt(child_id, authority)
+
+    def report_from(
+        self,
+        child: Agent,
+        content: Content,
+        *,
+        delivery: ReportDelivery,
+        signal: AbortSignal | None = None,
+    ) -> MessageId:
+        """Relay a child's report to its durable direct parent (CONT-30..34)."""
+        return self._require_continuations().report_from(
+            child, content, delivery=delivery, signal=signal
+        )
+
+    def activation_state(self, child_id: SessionId) -> ActivationState | None:
+        """``running``, ``waiting`` or None when no Activation is live (DESIGN decision 3)."""
+        if self._continuations is None:
+            return None
+        return self._continuations.activation_state(child_id)
+
+    def user_authority(self) -> UserGrant:
+        """Mint an unforgeable user grant for a host (DESIGN decision 2)."""
+        return self._require_continuations().user_authority()
+
+    async def drain_continuable(self) -> None:
+        """Close admission and dispose every live Activation child-first (TEAR-13)."""
+        if self._continuations is not None:
+            await self._continuations.drain()
+
+    async def drain_continuable_descendants(self, parents: Sequence[Agent]) -> None:
+        """Dispose every live descendant of ``parents`` child-first (TEAR-8, TEAR-15)."""
+        if self._continuations is not None:
+            await self._continuations.drain_descendants(parents)
+
+    async def drain_continuable_children(self, parent: Agent, ids: Sequence[SessionId]) -> None:
+        """Dispose the selected live children of ``parent`` (TEAR-11, TEAR-15)."""
+        if self._continuations is not None:
+            await self._continuations.drain_children(parent, ids)
+
+    def register_continuable_setup(self, contribution: SetupContribution) -> Callable[[], None]:
+        """Add a child-scoped capability to every future Activation (SETUP-1)."""
+        return self._setups.register(contribution)
+
+    # ------------------------------------------------------------------ catalog (LIST)
+
+    async def list_children(
+        self, parent_id: SessionId, *, signal: AbortSignal | None = None
+    ) -> builtins.list[ListingRow]:
+        """The subagent children of ``parent_id``, live-preferred (LIST-1..14)."""
+        return await catalog.list_children(
+            parent_id,
+            projections=self.projections,
+            sessions=self.sessions,
+            persistence=self.persistence,
+            cache=self.cache,
+            signal=signal,
+        )
+
+    async def list_descendants(
+        self, root_id: SessionId, *, signal: AbortSignal | None = None
+    ) -> builtins.list[DescendantRow]:
+        """Every subagent descendant of ``root_id`` with its parent and depth (LIST-15)."""
+        return await catalog.list_descendants(
+            root_id,
+            projections=self.projections,
+            sessions=self.sessions,
+            persistence=self.persistence,
+            cache=self.cache,
+            signal=signal,
+        )
 
 
 def _contain(event_name: str, outcome: Awaitable[object]) -> None:

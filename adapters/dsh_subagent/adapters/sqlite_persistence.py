@@ -187,6 +187,14 @@ class SqlitePersistence:
         loop = asyncio.get_running_loop()
         try:
             conn = await loop.run_in_executor(executor, _connect, os.fspath(path), level)
+        except sqlite3.Error as error:
+            executor.shutdown(wait=False)
+            raise SubagentError(
+                ErrorCode.PERSISTENCE_UNAVAILABLE,
+                f"{os.fspath(path)} is not a usable SQLite session store: {error}",
+                field="path",
+                cause=error,
+            ) from error
         except BaseException:
             executor.shutdown(wait=False)
             raise

@@ -33,6 +33,22 @@ def cli() -> None:
 
 @cli.command()
 @click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="SQLite store to use and keep (default: a temporary one).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the lifecycle event log as JSON.")
+@click.option("--step", "step_through", is_flag=True, help="Pause between phases.")
+def demo(db: Path | None, as_json: bool, step_through: bool) -> None:
+    """Delegate, continue, interrupt, restart and cold-resume on the reference harness."""
+    from dsh_subagent.cli.demo import main as run_demo
+
+    run_demo(db=db, as_json=as_json, step_through=step_through)
+
+
+@cli.command()
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("docs/diagrams"),

@@ -16,9 +16,12 @@ Theory of operation
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 from dsh_subagent.core.authority import (
+    AgentRef,
     Denied,
     TargetFacts,
     authorize_drain_children,
@@ -31,6 +34,7 @@ from dsh_subagent.core.errors import ErrorCode
 from dsh_subagent.core.manager_effects import CancelAgent, DeliverReport
 from dsh_subagent.core.manager_events import (
     DISPOSAL_OPEN,
+    LIVE,
     DescendantsOf,
     DrainRequested,
     InterruptRequested,
@@ -39,10 +43,11 @@ from dsh_subagent.core.manager_events import (
     SelectedChildren,
     WholeManager,
 )
-from dsh_subagent.core.manager_state import OPENABLE, Forest, Step, open_disposal
+from dsh_subagent.core.manager_state import OPENABLE, Activation, Forest, Step, open_disposal
 from dsh_subagent.core.notices import NoticeRoute
 from dsh_subagent.core.residency import admit
 from dsh_subagent.core.teardown import forest_roots
+from dsh_subagent.core.values import SessionId
 
 
 def interrupt(step: Step, event: InterruptRequested) -> None:
@@ -86,6 +91,22 @@ def report(step: Step, event: ReportRequested) -> None:
     )
 
 
+def descendants(
+    records: Mapping[SessionId, Activation], roots: frozenset[AgentRef]
+) -> frozenset[SessionId]:
+    """The live Activations below these roots, excluding the roots' own (TEAR-8).
+
+    A scoped drain opens those not yet disposing; its caller awaits all of them.
+    """
+    return frozenset(
+        child_id
+        for child_id, record in records.items()
+        if record.phase in LIVE
+        and record.agent not in roots
+        and not roots.isdisjoint(record.lineage)
+    )
+
+
 def drain(step: Step, event: DrainRequested) -> None:
     """Open disposal on a drain's targets in one step, top-down (TEAR-8, TEAR-11, TEAR-13)."""
     scope = event.scope
@@ -95,13 +116,8 @@ def drain(step: Step, event: DrainRequested) -> None:
     elif isinstance(scope, DescendantsOf):
         roots = frozenset(live_roots(scope.roots))
         step.closing_roots = step.closing_roots | roots
-        chosen = {
-            child_id
-            for child_id, record in step.records.items()
-            if record.phase in OPENABLE
-            and record.agent not in roots
-            and not roots.isdisjoint(record.lineage)
-        }
+        below = descendants(step.records, roots)
+        chosen = {child_id for child_id in below if step.records[child_id].phase in OPENABLE}
         owners = {child_id: step.records[child_id].parent_session for child_id in chosen}
         targets = tuple(sorted(child for child in chosen if owners[child] not in chosen))
     else:

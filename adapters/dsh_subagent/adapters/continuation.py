@@ -1,0 +1,317 @@
+"""The continuation manager: continuable children, follow-ups, reports, interrupts, drains.
+
+Theory of operation
+-------------------
+1. Every decision is the pure core's (``core.manager``): this module turns calls into core
+   events and dispatches them through ``Engine``, which performs the returned effects in
+   order. It does only the awaiting the core cannot (provider preparation, registry
+   create/resume, persistence reads, waiting for a release) and never inspects a phase or a
+   residency.
+2. ``start_continuable`` (CONT-1..CONT-12) and cold resume (CONT-17..CONT-19) live in
+   ``continuation_create``; both resolve at inbox acceptance and roll back silently before
+   it (CONT-8, CONT-9, NOTICE-2).
+3. ``followup`` (CONT-14..CONT-21): under the per-child lock (CONT-22) one routing pass that
+   the core answers with a delivery (running: queued; waiting: the same agent woken), a cold
+   resume (absent), or a wait for the release followed by another pass (disposal open). The
+   final admission, authorization and send are one no-await span (CONT-16, HARNESS-32). The
+   caller's signal is consulted only until acceptance (CONT-20).
+4. ``interrupt`` and ``report_from`` are synchronous single dispatches (CONT-23, CONT-30).
+5. Drains dispatch one drain event (the disposal cutoff, cancelling top-down in one step),
+   wait for in-flight materializations in their scope, then await the topmost covered
+   Activations and raise one aggregate ``ACTIVATION_TEARDOWN_FAILED`` if any branch failed
+   (TEAR-8, TEAR-11, TEAR-12, TEAR-13).
+6. ``persistence()`` is resolved on each operation that needs it (CONT-2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final
+
+from dsh_subagent.adapters.composition import apply_child_composition
+from dsh_subagent.adapters.continuation_create import Creator, Services
+from dsh_subagent.adapters.continuation_engine import Emit, Engine, Routed
+from dsh_subagent.adapters.continuation_support import (
+    Barrier,
+    ChildLocks,
+    await_branches,
+    check_signal,
+    quietly,
+    status_of,
+)
+from dsh_subagent.adapters.continuation_types import (
+    AncestorAuthority,
+    ContinuableStart,
+    ContinuableStartSpec,
+    Identities,
+    ParentAgent,
+    UserGrant,
+    UserInterruptAuthority,
+    check_content,
+    check_start_spec,
+)
+from dsh_subagent.adapters.protocols import (
+    Agent,
+    ApprovalPolicyService,
+    SandboxPolicyService,
+    SessionPersistence,
+)
+from dsh_subagent.adapters.registry import AgentRegistry
+from dsh_subagent.adapters.session import SessionStore
+from dsh_subagent.adapters.setup_registry import ContinuableSetupRegistry
+from dsh_subagent.adapters.signals import AbortSignal
+from dsh_subagent.core.authority import AncestorInterrupt, UserInterrupt
+from dsh_subagent.core.errors import SubagentError, invalid
+from dsh_subagent.core.jsonvalue import require_str
+from dsh_subagent.core.manager import activation_state_of
+from dsh_subagent.core.manager_effects import CancelAgent, Effect
+from dsh_subagent.core.manager_events import (
+    AgentDisposed,
+    DescendantsOf,
+    DrainRequested,
+    DrainScope,
+    InterruptRequested,
+    ReportDelivery,
+    ReportRequested,
+    SelectedChildren,
+    WholeManager,
+)
+from dsh_subagent.core.manager_ops import descendants
+from dsh_subagent.core.manager_state import Forest
+from dsh_subagent.core.residency import ActivationState
+from dsh_subagent.core.teardown import forest_roots
+from dsh_subagent.core.values import (
+    BaseSource,
+    Content,
+    CoordinatorSource,
+    MessageId,
+    MessageSource,
+    SessionId,
+    SubagentReportSource,
+    SubagentSettledSource,
+    TextBlock,
+    UserMessage,
+)
+
+REPORT_FRAME: Final = "Background subagent {child_id} reported:"
+"""The first text block of a child's report (CONT-34, verbatim)."""
+
+_SOURCES: Final = (BaseSource, CoordinatorSource, SubagentReportSource, SubagentSettledSource)
+
+
+def _none() -> None:
+    return None
+
+
+class ContinuationManager:
+    """Continuable children over the pure continuation-manager core (rules 1-6)."""
+
+    def __init__(
+        self,
+        *,
+        agents: AgentRegistry,
+        sessions: SessionStore,
+        persistence: Callable[[], SessionPersistence | None],
+        providers: Callable[[str], object],
+        emit: Emit,
+        setups: ContinuableSetupRegistry | None = None,
+        sandbox: Callable[[], SandboxPolicyService | None] = _none,
+        approval: Callable[[], ApprovalPolicyService | None] = _none,
+        compose: Callable[..., object] | None = None,
+        ids: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        services = Services(
+            agents,
+            sessions,
+            persistence,
+            providers,
+            setups,
+            sandbox,
+            approval,
+            compose or apply_child_composition,
+            ids,
+        )
+        self._agents = agents
+        self._engine = Engine(agents, sessions, emit, ids)
+        self._identities = Identities(agents)
+        self._locks = ChildLocks()
+        self._barrier = Barrier()
+        self._creator = Creator(
+            services, self._engine, self._identities, self._locks, self._barrier
+        )
+        agents.disposed.subscribe(self._on_agent_disposed)
+
+    # ------------------------------------------------------------------ queries
+
+    def activation_state(self, child_id: SessionId) -> ActivationState | None:
+        """``running``, ``waiting``, or None when no Activation is live (DESIGN decision 3)."""
+        return activation_state_of(self._engine.state, child_id)
+
+    def user_authority(self) -> UserGrant:
+        """Mint an unforgeable user grant (DESIGN decision 2)."""
+        return self._identities.mint_grant()
+
+    # ------------------------------------------------------------------ delivery
+
+    async def start_continuable(self, spec: ContinuableStartSpec) -> ContinuableStart:
+        """Create a continuable child; resolve once its prompt is accepted (CONT-1..CONT-12)."""
+        return await self._creator.start(check_start_spec(spec))
+
+    async def followup(
+        self,
+        child_id: SessionId,
+        content: Content,
+        authority: ParentAgent | UserGrant,
+        *,
+        source: MessageSource,
+        signal: AbortSignal | None = None,
+    ) -> MessageId:
+        """Deliver to a continuable child, routed by residency; returns the message id."""
+        require_str(child_id, "child_id", non_empty=True)
+        check_content(content, "content")
+        if not isinstance(source, _SOURCES):
+            raise invalid("source", "must be a MessageSource")
+        self._identities.followup_authority(authority)
+        check_signal(signal)
+        while True:
+            if signal is not None:
+                signal.throw_if_aborted()
+            async with self._locks.locked(child_id):
+                if signal is not None:
+                    signal.throw_if_aborted()
+                routed = self._engine.submit(
+                    child_id,
+                    content,
+                    source,
+                    lambda: self._identities.followup_authority(authority),
+                )
+                if routed is Routed.RESUME:
+                    return await self._creator.cold_resume(
+                        child_id, content, source, authority, signal
+                    )
+                if not isinstance(routed, Routed):
+                    return routed
+                live = self._engine.children.get(child_id)
+                if live is not None:
+                    await quietly(live.released)
+
+    def interrupt(
+        self, child_id: SessionId, authority: AncestorAuthority | UserInterruptAuthority
+    ) -> None:
+        """Stop the child's current turn, keeping its inbox; fire and return (CONT-23)."""
+        require_str(child_id, "child_id", non_empty=True)
+        if isinstance(authority, AncestorAuthority):
+            core: AncestorInterrupt | UserInterrupt = AncestorInterrupt(
+                self._identities.presented(authority.agent)
+            )
+        elif isinstance(authority, UserInterruptAuthority):
+            parent_id = require_str(authority.parent_session_id, "authority.parent_session_id")
+            core = UserInterrupt(SessionId(parent_id), self._identities.genuine(authority.grant))
+        else:
+            raise invalid("authority", "must be AncestorAuthority or UserInterruptAuthority")
+        self._engine.dispatch(InterruptRequested(self._engine.event_id(), child_id, core))
+
+    def report_from(
+        self,
+        child: Agent,
+        content: Content,
+        *,
+        delivery: ReportDelivery,
+        signal: AbortSignal | None = None,
+    ) -> MessageId:
+        """A resident child's report to its durable parent, in one no-await span (CONT-30)."""
+        check_content(content, "content")
+        if not isinstance(delivery, ReportDelivery):
+            raise invalid("delivery", "must be a ReportDelivery")
+        if not hasattr(child, "session"):
+            raise invalid("child", "must be an Agent")
+        if check_signal(signal) is not None:
+            signal.throw_if_aborted()  # type: ignore[union-attr]
+        parent_id = child.session.header.parent_session
+        parent = None if parent_id is None else self._agents.get(parent_id)
+        frame = TextBlock(REPORT_FRAME.format(child_id=child.id))
+        message = UserMessage(
+            self._engine.message_id(), (frame, *content), SubagentReportSource(child.id)
+        )
+        self._engine.outbox[message.id] = message
+        try:
+            self._engine.dispatch(
+                ReportRequested(
+                    self._engine.event_id(),
+                    self._identities.ref(child),
+                    message.id,
+                    delivery,
+                    parent_registered=parent is not None,
+                    parent_status=status_of(parent),
+                )
+            )
+        finally:
+            self._engine.outbox.pop(message.id, None)
+        return message.id
+
+    # ------------------------------------------------------------------ drains
+
+    async def drain(self) -> None:
+        """Close admission for good and release every Activation child-first (TEAR-13)."""
+        self._dispatch_drain(WholeManager())
+        targets = self._topmost(forest_roots(Forest(self._engine.state.activations)))
+        await self._barrier.wait(lambda _lineage: True)
+        await await_branches(targets, "whole manager")
+
+    async def drain_descendants(self, parents: Sequence[Agent]) -> None:
+        """Release the live descendants of these exact live roots (TEAR-8, AUTH-11)."""
+        presented = tuple(self._identities.presented(parent) for parent in parents)
+        self._dispatch_drain(DescendantsOf(presented))
+        roots = frozenset(each.agent for each in presented if each.is_exact_live)
+        targets = self._topmost(descendants(self._engine.state.activations, roots))
+        await self._barrier.wait(lambda lineage: not roots.isdisjoint(lineage))
+        await await_branches(targets, "scoped")
+
+    async def drain_children(self, parent: Agent, ids: Sequence[SessionId]) -> None:
+        """Release selected children of a live parent; admission stays open (TEAR-11)."""
+        child_ids = tuple(
+            SessionId(require_str(each, f"ids[{index}]", non_empty=True))
+            for index, each in enumerate(ids)
+        )
+        presented = self._identities.presented(parent)
+        effects = self._dispatch_drain(SelectedChildren(presented, child_ids))
+        opened = [effect.child_id for effect in effects if isinstance(effect, CancelAgent)]
+        await await_branches(self._topmost([*opened, *child_ids]), "selected")
+
+    def _dispatch_drain(self, scope: DrainScope) -> tuple[Effect, ...]:
+        return self._engine.dispatch(DrainRequested(self._engine.event_id(), scope))
+
+    def _topmost(self, covered: Iterable[SessionId]) -> list[asyncio.Future[SubagentError | None]]:
+        """Release futures of the covered Activations no other covered one owns."""
+        children = self._engine.children
+        nodes = dict.fromkeys(node for node in covered if node in children)
+        records = self._engine.state.activations
+        owned = {child for node in nodes for child in records[node].owned}
+        return [children[node].released for node in nodes if node not in owned]
+
+    # ------------------------------------------------------------------ harness events
+
+    def _on_agent_disposed(self, agent: Agent) -> None:
+        """A closing root lasts until that exact agent is disposed (TEAR-9)."""
+        ref = self._identities.known(agent)
+        if ref is not None:
+            self._engine.dispatch(AgentDisposed(self._engine.event_id(), ref))
+
+    async def settled(self) -> None:
+        """Wait until no teardown work is pending (for tests and benchmarks)."""
+        await self._engine.settle_tasks()
+
+
+__all__ = [
+    "REPORT_FRAME",
+    "AncestorAuthority",
+    "ContinuableStart",
+    "ContinuableStartSpec",
+    "ContinuationManager",
+    "ParentAgent",
+    "ReportDelivery",
+    "UserGrant",
+    "UserInterruptAuthority",
+]

@@ -1,0 +1,408 @@
+"""Creating and reconstructing continuable children: fresh start and cold resume.
+
+Theory of operation
+-------------------
+1. Fresh start (CONT-3..CONT-12): after the core reserved the id (admission, duplicates),
+   persistence, live ids, depth, the descriptor snapshot and the delegated policy are
+   settled before the first await; the provider prepares (no ``prepare_continuable``:
+   ``UNSUPPORTED_CAPABILITY``; the core re-checks admission after); then, under the
+   per-child lock, a reserved id is checked against persisted headers, the seed is staged as
+   ``[fork prefix][end-seed][descriptor]`` (DESC-11, ``seed_length`` = prefix length), the
+   child is created with its policy events and composition in the unpublished window and its
+   setup contributions committed before publication, published, and given its prompt with
+   source ``user``.
+2. Cold resume (CONT-17, CONT-18): inspect without mutating, authorize against the
+   inspected header before any reconstruction, fold the descriptor over the own suffix
+   (DESC-9, DESC-10), then resume through the registry with only the recorded route
+   (CONT-13) and the descriptor's persona and tool filter composed again (CONT-19); the
+   provider is never consulted. The final submission re-authorizes against the live child.
+3. Materialization (CONT-10) publishes through the core's ``ChildMaterialized``; the core
+   refuses a closing lineage or a releasing parent and disposes the handle. Every failure
+   before acceptance is rolled back with ``StartRolledBack`` (CONT-9, TEAR-7), silently.
+4. Both paths run inside the drain barrier, so a drain waits for their publication or
+   rollback (TEAR-13).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import cast
+
+import attrs
+
+from dsh_subagent.adapters.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.continuation_engine import Engine, LiveChild, Routed, new_release
+from dsh_subagent.adapters.continuation_support import Barrier, ChildLocks, quietly
+from dsh_subagent.adapters.continuation_types import (
+    ContinuableStart,
+    ContinuableStartSpec,
+    Identities,
+    ParentAgent,
+    UserGrant,
+)
+from dsh_subagent.adapters.protocols import (
+    Agent,
+    ApprovalPolicyService,
+    SandboxPolicyService,
+    SessionPersistence,
+)
+from dsh_subagent.adapters.providers.base import (
+    ContinuableCreateRequest,
+    ContinuableProvider,
+    can_prepare_continuable,
+)
+from dsh_subagent.adapters.providers.in_process import child_agent_options
+from dsh_subagent.adapters.registry import (
+    AgentHandle,
+    AgentRegistry,
+    CreateOptions,
+    ResumeOptions,
+    SetupCommit,
+)
+from dsh_subagent.adapters.session import LiveSession, SessionMeta, SessionStore
+from dsh_subagent.adapters.setup_registry import ContinuableSetupRegistry
+from dsh_subagent.adapters.signals import AbortController, AbortSignal, Scope, race_abort
+from dsh_subagent.core.authority import Denied, authorize_followup
+from dsh_subagent.core.depth import child_depth, delegation_depth_of
+from dsh_subagent.core.descriptor import (
+    descriptor_to_payload,
+    fold_descriptor,
+    resume_descriptor,
+    snapshot_descriptor,
+)
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.manager_events import (
+    ChildIdReserved,
+    ChildMaterialized,
+    ChildPrepared,
+    ColdResumeStarted,
+    DescriptorSnapshotted,
+    StartRolledBack,
+)
+from dsh_subagent.core.policy import (
+    DelegatedPolicy,
+    capture_delegated_policy,
+    delegation_log_entries,
+)
+from dsh_subagent.core.residency import AgentStatus
+from dsh_subagent.core.values import (
+    DESCRIPTOR_EVENT,
+    USER_SOURCE,
+    AgentOptions,
+    Content,
+    ContinuableDescriptor,
+    MessageId,
+    MessageSource,
+    Mode,
+    Origin,
+    RunId,
+    SessionId,
+    ToolFilter,
+)
+
+
+@attrs.frozen(eq=False)
+class Services:
+    """What creation needs from the deployment; resolved per call where optional."""
+
+    agents: AgentRegistry
+    sessions: SessionStore
+    persistence: Callable[[], SessionPersistence | None]
+    providers: Callable[[str], object]
+    setups: ContinuableSetupRegistry | None
+    sandbox: Callable[[], SandboxPolicyService | None]
+    approval: Callable[[], ApprovalPolicyService | None]
+    compose: Callable[..., object]
+    ids: Callable[[], str]
+
+    def require_persistence(self) -> SessionPersistence:
+        persistence = self.persistence()
+        if persistence is None:
+            raise SubagentError(
+                ErrorCode.PERSISTENCE_UNAVAILABLE, "continuable children need session persistence"
+            )
+        return persistence
+
+
+class Creator:
+    """Fresh starts and cold resumes over one engine (rules 1-4)."""
+
+    def __init__(
+        self,
+        services: Services,
+        engine: Engine,
+        identities: Identities,
+        locks: ChildLocks,
+        barrier: Barrier,
+    ) -> None:
+        self._services = services
+        self._agents = services.agents
+        self._engine = engine
+        self._identities = identities
+        self._locks = locks
+        self._barrier = barrier
+
+    async def start(self, spec: ContinuableStartSpec) -> ContinuableStart:
+        """Reserve, then create; any failure before acceptance rolls back (rule 1)."""
+        child_id = spec.child_id or SessionId(self._services.ids())
+        parent = spec.parent
+        lineage = self._identities.lineage(parent)
+        reserved = ChildIdReserved(self._engine.event_id(), child_id, self._identities.ref(parent))
+        self._engine.dispatch(reserved)
+        async with self._barrier.in_flight(lineage):
+            try:
+                return await self._start_reserved(spec, child_id)
+            except BaseException:
+                await self._roll_back(child_id)
+                raise
+
+    async def _start_reserved(
+        self, spec: ContinuableStartSpec, child_id: SessionId
+    ) -> ContinuableStart:
+        parent = spec.parent
+        persistence = self._services.require_persistence()
+        self._check_unused(child_id)
+        parent_depth = delegation_depth_of(parent.session.header, parent.options)
+        depth = child_depth(parent_depth, spec.max_depth)
+        overrides = spec.agent_options or AgentOptions()
+        descriptor = snapshot_descriptor(
+            mode=Mode.CONTINUABLE,
+            provider=spec.provider,
+            label=spec.label,
+            agent_provider=overrides.provider or parent.options.provider,
+            agent_model=overrides.model or parent.options.model,
+            persona=spec.persona,
+            tool_filter=spec.tool_filter,
+        )
+        assert isinstance(descriptor, ContinuableDescriptor)
+        policy = self._capture_policy(parent)
+        self._engine.dispatch(DescriptorSnapshotted(self._engine.event_id(), child_id))
+        provider = self._continuable_provider(spec.provider)
+        signal = spec.signal or AbortController().signal
+        prepared = await provider.prepare_continuable(
+            ContinuableCreateRequest(child_id, parent, signal)
+        )
+        signal.throw_if_aborted()
+        self._engine.dispatch(ChildPrepared(self._engine.event_id(), child_id))
+        async with self._locks.locked(child_id):
+            signal.throw_if_aborted()
+            self._check_unused(child_id)
+            if spec.child_id is not None:
+                snapshots = await race_abort(persistence.list_snapshots(), signal)
+                signal.throw_if_aborted()
+                if any(snapshot.header.id == child_id for snapshot in snapshots):
+                    raise SubagentError(
+                        ErrorCode.DUPLICATE_CHILD, f"{child_id} is already persisted"
+                    )
+                self._check_unused(child_id)
+            prefix = prepared.seed
+            staged = LiveSession.detached(child_id, prefix)
+            staged.append(DESCRIPTOR_EVENT, descriptor_to_payload(descriptor))
+            header = parent.session.header
+            options = CreateOptions(
+                session_id=child_id,
+                meta=SessionMeta(
+                    cwd=header.cwd,
+                    parent_session=parent.id,
+                    seed_length=len(prefix) if prefix else None,
+                    origin=Origin.SUBAGENT,
+                    delegation_depth=depth,
+                    agent_preset=header.agent_preset,
+                ),
+                seed=staged.events,
+                agent_options=child_agent_options(parent.options, spec.agent_options, depth),
+                signal=signal,
+                setup=self._setup,
+                configure=self._configure_fresh(parent, policy, spec.persona, spec.tool_filter),
+            )
+            await self._materialize(
+                child_id, parent, signal, lambda: self._agents.create(options), descriptor
+            )
+            accepted = self._submit(child_id, spec.prompt, USER_SOURCE, ParentAgent(parent), signal)
+            return ContinuableStart(child_id, accepted)
+
+    def _continuable_provider(self, name: str) -> ContinuableProvider:
+        provider = self._services.providers(name)
+        if provider is None:
+            raise SubagentError(ErrorCode.NO_PROVIDER, f"no provider named {name!r}")
+        if not can_prepare_continuable(provider):
+            raise SubagentError(
+                ErrorCode.UNSUPPORTED_CAPABILITY,
+                f"provider {name!r} cannot prepare continuable children",
+                field="provider",
+            )
+        return cast(ContinuableProvider, provider)
+
+    def _configure_fresh(
+        self,
+        parent: Agent,
+        policy: DelegatedPolicy,
+        persona: str | None,
+        tool_filter: ToolFilter | None,
+    ) -> Callable[[ReferenceAgent], None]:
+        """The unpublished window of a fresh child: policy events, then composition."""
+
+        def configure(child: ReferenceAgent) -> None:
+            for entry in delegation_log_entries(policy, fresh=True):
+                child.session.append(entry.type, entry.data)
+            self._services.compose(child, parent, persona=persona, tool_filter=tool_filter)
+
+        return configure
+
+    async def _setup(self, scope: Scope) -> SetupCommit | None:
+        """Setup contributions from the current registrations (SETUP-2, CONT-19)."""
+        setups = self._services.setups
+        return None if setups is None else setups.apply(scope)
+
+    # ------------------------------------------------------------------ cold resume
+
+    async def cold_resume(
+        self,
+        child_id: SessionId,
+        content: Content,
+        source: MessageSource,
+        authority: ParentAgent | UserGrant,
+        signal: AbortSignal | None,
+    ) -> MessageId:
+        """Reconstruct an absent child from its log, never through the provider (rule 2)."""
+        persistence = self._services.require_persistence()
+        signal = signal or AbortController().signal
+        try:
+            record = await race_abort(persistence.inspect(child_id), signal)
+        except Exception as exc:
+            signal.throw_if_aborted()
+            raise SubagentError(
+                ErrorCode.NOT_RESUMABLE, f"child {child_id} is unavailable", cause=exc
+            ) from exc
+        signal.throw_if_aborted()
+        header = record.header
+        core_authority = self._identities.followup_authority(authority)
+        decision = authorize_followup(core_authority, header.parent_session)
+        if isinstance(decision, Denied):
+            raise SubagentError(decision.code, decision.reason)
+        descriptor = resume_descriptor(fold_descriptor(record.events, header.seed_length))
+        parent_id = header.parent_session
+        parent = None if parent_id is None else self._agents.get(parent_id)
+        lineage = frozenset() if parent is None else self._identities.lineage(parent)
+        self._engine.dispatch(ColdResumeStarted(self._engine.event_id(), child_id, parent_id))
+        async with self._barrier.in_flight(lineage):
+            try:
+                await self._resume(child_id, parent, signal, descriptor)
+                return self._submit(child_id, content, source, authority, signal)
+            except BaseException:
+                await self._roll_back(child_id)
+                raise
+
+    async def _resume(
+        self,
+        child_id: SessionId,
+        parent: Agent | None,
+        signal: AbortSignal,
+        descriptor: ContinuableDescriptor,
+    ) -> None:
+        """Materialize a resume: only the recorded route, no depth, composition again."""
+        route = AgentOptions(provider=descriptor.agent_provider, model=descriptor.agent_model)
+        options = ResumeOptions(
+            resume_session_id=child_id, agent_options=route, signal=signal, setup=self._setup
+        )
+
+        def compose(agent: ReferenceAgent) -> None:
+            # The registry offers no pre-publication hook on resume; its vetoable
+            # ``agent/created`` runs before the handle returns, so a failure rolls back.
+            if agent.id == child_id:
+                self._services.compose(
+                    agent,
+                    parent if parent is not None else agent,
+                    persona=descriptor.persona,
+                    tool_filter=descriptor.tool_filter,
+                )
+
+        stop = self._agents.created.subscribe(compose)
+        try:
+            await self._materialize(
+                child_id, parent, signal, lambda: self._agents.resume(options), descriptor
+            )
+        except SubagentError:
+            raise
+        except Exception as exc:
+            signal.throw_if_aborted()
+            raise SubagentError(
+                ErrorCode.NOT_RESUMABLE, f"child {child_id} could not be resumed", cause=exc
+            ) from exc
+        finally:
+            stop()
+
+    # ------------------------------------------------------------------ shared
+
+    async def _materialize(
+        self,
+        child_id: SessionId,
+        parent: Agent | None,
+        signal: AbortSignal,
+        open_handle: Callable[[], Awaitable[AgentHandle]],
+        descriptor: ContinuableDescriptor,
+    ) -> None:
+        """Create or resume the child, then publish it in one step (CONT-10)."""
+        lineage = frozenset() if parent is None else self._identities.lineage(parent)
+        signal.throw_if_aborted()
+        handle = await open_handle()
+        agent = handle.agent
+        parent_session = agent.session.header.parent_session
+        live = LiveChild(
+            child_id, handle, descriptor.provider, descriptor.label, parent_session, new_release()
+        )
+        self._engine.children[child_id] = live
+        signal.throw_if_aborted()
+        child = self._identities.ref(agent)
+        run_id = RunId(self._services.ids())
+        status = AgentStatus(agent.status.value)
+        event = ChildMaterialized(
+            self._engine.event_id(), child_id, run_id, child, lineage | {child}, status
+        )
+        try:
+            self._engine.dispatch(event)
+        except SubagentError:
+            if live.rollback is not None:
+                await quietly(live.rollback)
+            raise
+
+    def _submit(
+        self,
+        child_id: SessionId,
+        content: Content,
+        source: MessageSource,
+        authority: ParentAgent | UserGrant,
+        signal: AbortSignal,
+    ) -> MessageId:
+        """The first delivery to a materialized child: accepted or raised, never routed."""
+        signal.throw_if_aborted()
+        routed = self._engine.submit(
+            child_id, content, source, lambda: self._identities.followup_authority(authority)
+        )
+        assert not isinstance(routed, Routed)
+        return routed
+
+    async def _roll_back(self, child_id: SessionId) -> None:
+        """Undo a start or resume that failed before acceptance (CONT-9, TEAR-7)."""
+        live = self._engine.children.get(child_id)
+        if child_id in self._engine.state.activations:
+            event = StartRolledBack(self._engine.event_id(), child_id, live is not None)
+            self._engine.dispatch(event)
+        if live is not None:
+            await quietly(live.rollback if live.rollback is not None else live.released)
+
+    def _check_unused(self, child_id: SessionId) -> None:
+        sessions = self._services.sessions
+        if self._agents.get(child_id) is not None or sessions.get(child_id) is not None:
+            raise SubagentError(
+                ErrorCode.DUPLICATE_CHILD, f"{child_id} is already live", field="child_id"
+            )
+
+    def _capture_policy(self, parent: Agent) -> DelegatedPolicy:
+        sandbox = self._services.sandbox()
+        override = None if sandbox is None else sandbox.override_of(parent.session)
+        available = self._services.approval() is not None
+        return capture_delegated_policy(override, approval_available=available)
+
+
+__all__ = ["Creator", "Services"]

@@ -1,0 +1,419 @@
+"""The continuation manager's effect loop: feed the pure core, carry out what it returns.
+
+Theory of operation
+-------------------
+1. ``Engine.dispatch(event)`` applies one event to ``core.manager.apply``, stores the new
+   state first, then performs the effects in order, synchronously (HARNESS-32). A ``Reject``
+   is raised only after every other effect of the same event ran (a refused materialization
+   still disposes its handle). Harness notifications raised while effects run (inbox
+   claimed/discarded, status) re-enter ``dispatch``; they build on the stored state.
+2. The engine decides nothing: residency, routing, ownership, notice routes and texts,
+   durability reports and teardown order are the core's. The engine holds only what the core
+   cannot: agent handles, epoch boundaries, pending messages, release futures, failures.
+3. Teardown runs as tasks started by effects: ``FlushSession`` awaits the child's idle and
+   the final flush and reports ``FlushReported`` (a False or raising flush is a durability
+   report, DESIGN decision 1); ``DisposeHandle`` after a flush captures the epoch facts
+   (EVT-10, EVT-11) while the child is registered, disposes the handle and reports
+   ``DisposalFinished`` with the failed boundaries (TEAR-5). A ``DisposeHandle`` from a
+   rollback only disposes (TEAR-7). The release future of a child resolves with its combined
+   teardown failure (or None) when its end edge is performed.
+4. Notices and reports never stall teardown: a failing notice send is logged and dropped
+   (NOTICE-14); a failing accounted send withdraws its id (RES-2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import logging
+from collections.abc import Callable
+from typing import TypeAlias
+
+import attrs
+
+from dsh_subagent.adapters.protocols import CancelCause, InboxNotification, StatusNotification
+from dsh_subagent.adapters.registry import AgentHandle, AgentRegistry
+from dsh_subagent.adapters.session import SessionStore
+from dsh_subagent.adapters.signals import Unsubscribe
+from dsh_subagent.core import wire
+from dsh_subagent.core.authority import FollowupAuthority
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.lifecycle import (
+    SUBAGENT_END,
+    SUBAGENT_START,
+    RunEndInfo,
+    RunStartInfo,
+    end_info_for,
+)
+from dsh_subagent.core.manager import ManagerState, apply
+from dsh_subagent.core.manager_effects import (
+    AwaitRelease,
+    CancelAgent,
+    DeliverReport,
+    DisposeHandle,
+    Effect,
+    EmitEnd,
+    EmitStart,
+    FlushSession,
+    Reject,
+    ReleaseOwnership,
+    ReportDurabilityFailed,
+    SendNotice,
+    SubmitFollowup,
+)
+from dsh_subagent.core.manager_events import (
+    AgentBecameBusy,
+    AgentBecameIdle,
+    DisposalFinished,
+    Event,
+    FlushReported,
+    FollowupRequested,
+    MessageAccepted,
+    MessageClaimed,
+    MessageDiscarded,
+    MessageSendFailed,
+)
+from dsh_subagent.core.notices import EpochOutcome, NoticeRoute
+from dsh_subagent.core.output import epoch_stop_reason, final_assistant_output, fold_consumed_work
+from dsh_subagent.core.residency import AgentStatus
+from dsh_subagent.core.teardown import Boundary, FlushOutcome, boundary_failure, combine_failures
+from dsh_subagent.core.values import (
+    Content,
+    EventId,
+    KnownStop,
+    MessageId,
+    MessageSource,
+    Mode,
+    SessionId,
+    UserMessage,
+)
+
+_log = logging.getLogger("dsh_subagent.adapters.continuation")
+
+LifecycleInfo: TypeAlias = RunStartInfo | RunEndInfo
+Emit = Callable[[str, LifecycleInfo], None]
+
+
+class Routed(enum.Enum):
+    """A routing pass that did not deliver: what the requester does next (CONT-14)."""
+
+    RESUME = "resume"
+    AWAIT_RELEASE = "await-release"
+
+
+@attrs.define(eq=False)
+class LiveChild:
+    """What the adapter holds for one Activation besides the core record (RES-8)."""
+
+    child_id: SessionId
+    handle: AgentHandle
+    provider: str
+    label: str | None
+    parent_session: SessionId | None
+    released: asyncio.Future[SubagentError | None]
+    boundary: int = 0
+    start_info: RunStartInfo | None = None
+    unsubscribers: list[Unsubscribe] = attrs.field(factory=list)
+    failures: list[SubagentError] = attrs.field(factory=list)
+    child_failures: list[SubagentError] = attrs.field(factory=list)
+    outcome: EpochOutcome = attrs.field(factory=lambda: EpochOutcome(KnownStop.ERROR))
+    rollback: asyncio.Future[None] | None = None
+
+    def released_failure(self) -> SubagentError | None:
+        """The combined teardown failure of this Activation (TEAR-5)."""
+        errors = list(self.failures)
+        if self.child_failures:
+            summary = "; ".join(str(error) for error in self.child_failures)
+            errors.insert(0, boundary_failure(Boundary.CHILDREN, summary))
+        return combine_failures(errors)
+
+
+class Engine:
+    """One core state, its effect performer and the adapter-side facts (rules 1-4)."""
+
+    def __init__(
+        self,
+        agents: AgentRegistry,
+        sessions: SessionStore,
+        emit: Emit,
+        ids: Callable[[], str],
+    ) -> None:
+        self.agents = agents
+        self.sessions = sessions
+        self.state = ManagerState()
+        self.children: dict[SessionId, LiveChild] = {}
+        self.outbox: dict[MessageId, UserMessage] = {}
+        self._emit = emit
+        self._ids = ids
+        self._event_ids = itertools.count()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def event_id(self) -> EventId:
+        return EventId(f"ev-{next(self._event_ids)}")
+
+    def message_id(self) -> MessageId:
+        return MessageId(self._ids())
+
+    def dispatch(self, event: Event) -> tuple[Effect, ...]:
+        """Apply ``event``, perform its effects in order, then raise its refusal, if any."""
+        self.state, effects = apply(self.state, event)
+        refusal: Reject | None = None
+        for effect in effects:
+            if isinstance(effect, Reject):
+                refusal = refusal or effect
+            else:
+                self._perform(effect, event)
+        if refusal is not None:
+            raise SubagentError(refusal.code, refusal.reason)
+        return effects
+
+    def submit(
+        self,
+        child_id: SessionId,
+        content: Content,
+        source: MessageSource,
+        authority: Callable[[], FollowupAuthority],
+    ) -> MessageId | Routed:
+        """One routing pass, a no-await span: admit, authorize, account, send (CONT-16).
+
+        Returns the accepted id, or what the requester must do instead (CONT-14, CONT-15).
+        """
+        message = UserMessage(self.message_id(), content, source)
+        self.outbox[message.id] = message
+        try:
+            event = FollowupRequested(self.event_id(), child_id, message.id, authority())
+            effects = self.dispatch(event)
+        finally:
+            self.outbox.pop(message.id, None)
+        if any(isinstance(effect, SubmitFollowup) for effect in effects):
+            self.dispatch(MessageAccepted(self.event_id(), child_id, message.id))
+            return message.id
+        waits = any(isinstance(effect, AwaitRelease) for effect in effects)
+        return Routed.AWAIT_RELEASE if waits else Routed.RESUME
+
+    def _perform(self, effect: Effect, event: Event) -> None:
+        match effect:
+            case SubmitFollowup(child_id=child_id, message_id=message_id):
+                agent = self.children[child_id].handle.agent
+                self._send_accounted(
+                    child_id, message_id, lambda: agent.followup(self._take(message_id))
+                )
+            case EmitStart():
+                self._publish(effect)
+            case CancelAgent(child_id=child_id, kind=kind, keep_inbox=keep):
+                self.children[child_id].handle.agent.cancel(CancelCause(kind), keep_inbox=keep)
+            case FlushSession(child_id=child_id):
+                self._spawn(self._flush(self.children[child_id]))
+            case ReportDurabilityFailed(report=report):
+                _log.warning("%s: %s", report.code.value, report.message)
+            case DisposeHandle(child_id=child_id):
+                self._dispose(child_id, after_flush=isinstance(event, FlushReported))
+            case SendNotice():
+                self._send_notice(effect)
+            case ReleaseOwnership(child_id=child_id, owner=owner):
+                failure = self.children[child_id].released_failure()
+                if failure is not None and owner is not None and owner in self.children:
+                    self.children[owner].child_failures.append(failure)
+            case EmitEnd():
+                self._finish(effect)
+            case DeliverReport():
+                self._deliver_report(effect)
+            case _:
+                pass  # ResumeAgent, AwaitRelease: the requesting caller carries them out
+
+    # ------------------------------------------------------------------ sends
+
+    def _take(self, message_id: MessageId) -> UserMessage:
+        return self.outbox.pop(message_id)
+
+    def _send_accounted(
+        self, agent_id: SessionId, message_id: MessageId, send: Callable[[], None]
+    ) -> None:
+        """Perform an accounted waking send; withdraw the id if it raises (RES-2)."""
+        try:
+            send()
+        except BaseException:
+            self.dispatch(MessageSendFailed(self.event_id(), agent_id, message_id))
+            raise
+
+    def _send_notice(self, effect: SendNotice) -> None:
+        """Deliver by the core's route; never let a failure reach teardown (NOTICE-14)."""
+        message = UserMessage(effect.message_id, effect.content, effect.source)
+        parent = self.agents.get(effect.parent_session)
+        if effect.route is NoticeRoute.DROP or parent is None:
+            _log.info(
+                "settlement notice for %s dropped: no parent", effect.source.sender_session_id
+            )
+            return
+        sends = {
+            NoticeRoute.FOLLOWUP: parent.followup,
+            NoticeRoute.STEER: parent.steer,
+            NoticeRoute.INJECT: parent.inject,
+        }
+        try:
+            if effect.accounted:
+                self._send_accounted(
+                    effect.parent_session, message.id, lambda: sends[effect.route](message)
+                )
+            else:
+                sends[effect.route](message)
+        except Exception:
+            _log.warning("settlement notice was not delivered to %s", parent.id, exc_info=True)
+
+    def _deliver_report(self, effect: DeliverReport) -> None:
+        """Send a framed report; a failing send is PARENT_UNAVAILABLE (CONT-31)."""
+        message = self._take(effect.message_id)
+        parent = self.agents.get(effect.parent_session)
+        try:
+            if parent is None:
+                raise LookupError(f"parent {effect.parent_session!r} is not registered")
+            send = parent.inject if effect.route is NoticeRoute.INJECT else parent.steer
+            if effect.accounted:
+                self._send_accounted(effect.parent_session, message.id, lambda: send(message))
+            else:
+                send(message)
+        except Exception as exc:
+            raise SubagentError(
+                ErrorCode.PARENT_UNAVAILABLE, "the report could not be delivered", cause=exc
+            ) from exc
+
+    # ------------------------------------------------------------------ epochs
+
+    def _publish(self, effect: EmitStart) -> None:
+        """Subscribe to the child's inbox and status, fix the boundary, emit start (CONT-10)."""
+        live = self.children[effect.child_id]
+        agent = live.handle.agent
+        cid = live.child_id
+
+        def on_claimed(note: InboxNotification) -> None:
+            self.dispatch(MessageClaimed(self.event_id(), cid, note.message.id))
+
+        def on_discarded(note: InboxNotification) -> None:
+            self.dispatch(MessageDiscarded(self.event_id(), cid, note.message.id))
+
+        def on_status(_note: StatusNotification) -> None:
+            busy = agent.status.value == AgentStatus.RUNNING.value
+            kind = AgentBecameBusy if busy else AgentBecameIdle
+            self.dispatch(kind(self.event_id(), cid))
+
+        live.unsubscribers = [
+            agent.claimed.subscribe(on_claimed),
+            agent.discarded.subscribe(on_discarded),
+            agent.status_changed.subscribe(on_status),
+        ]
+        live.boundary = agent.session.seq
+        assert live.parent_session is not None
+        info = RunStartInfo(
+            effect.run_id,
+            live.provider,
+            cid,
+            True,
+            live.parent_session,
+            Mode.CONTINUABLE,
+            live.label,
+        )
+        self._emit(SUBAGENT_START, info)
+        live.start_info = info
+
+    def _finish(self, effect: EmitEnd) -> None:
+        """The end edge closes the epoch; the release future resolves (TEAR-2 step 14)."""
+        live = self.children.pop(effect.child_id)
+        for unsubscribe in live.unsubscribers:
+            unsubscribe()
+        failure = live.released_failure()
+        if live.start_info is not None:
+            output = wire.encode_content(live.outcome.output) if failure is None else []
+            end = end_info_for(
+                live.start_info,
+                effect.stop_reason,
+                tuple(output),
+                durability_failed=effect.durability is not None,
+            )
+            try:
+                self._emit(SUBAGENT_END, end)
+            except Exception:
+                _log.warning("subagent/end for %s was not published", live.child_id, exc_info=True)
+        if not live.released.done():
+            live.released.set_result(failure)
+
+    # ------------------------------------------------------------------ teardown tasks
+
+    def _spawn(self, work: object) -> None:
+        assert asyncio.iscoroutine(work)
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self, live: LiveChild) -> None:
+        """Quiesce, then the best-effort final flush (TEAR-2 steps 6-7)."""
+        agent = live.handle.agent
+        try:
+            await agent.when_idle()
+        except Exception as exc:
+            live.failures.append(boundary_failure(Boundary.ACTIVATION, repr(exc)))
+        outcome = FlushOutcome.FAILED
+        try:
+            confirmed = await self.sessions.flush(agent.session)
+            outcome = FlushOutcome.OK if confirmed else FlushOutcome.UNCONFIRMED
+        except Exception:
+            _log.warning(
+                "final flush of %s failed; persisted state may be unavailable or stale on resume",
+                live.child_id,
+                exc_info=True,
+            )
+        self.dispatch(FlushReported(self.event_id(), live.child_id, outcome))
+
+    def _dispose(self, child_id: SessionId, *, after_flush: bool) -> None:
+        live = self.children[child_id]
+        if after_flush:
+            self._spawn(self._release(live))
+        else:
+            del self.children[child_id]
+            live.rollback = asyncio.ensure_future(live.handle.dispose())
+
+    async def _release(self, live: LiveChild) -> None:
+        """Capture the epoch, dispose the handle, report (TEAR-2 steps 8-9, TEAR-5)."""
+        boundaries: set[Boundary] = {Boundary.ACTIVATION} if live.failures else set()
+        agent = live.handle.agent
+        try:
+            events = agent.session.events[live.boundary :]
+            output = final_assistant_output(events)
+            stop = epoch_stop_reason(fold_consumed_work(events))
+            live.outcome = EpochOutcome(stop, wire.decode_content(list(output), "output"))
+        except Exception as exc:
+            if not boundaries:  # one error for the shared idle/flush/capture guard (TEAR-5)
+                live.failures.append(boundary_failure(Boundary.ACTIVATION, repr(exc)))
+            boundaries.add(Boundary.ACTIVATION)
+        try:
+            await live.handle.dispose()
+        except Exception as exc:
+            live.failures.append(boundary_failure(Boundary.HANDLE, repr(exc)))
+            boundaries.add(Boundary.HANDLE)
+        parent = None if live.parent_session is None else self.agents.get(live.parent_session)
+        status = AgentStatus.IDLE
+        if parent is not None and parent.status.value == AgentStatus.RUNNING.value:
+            status = AgentStatus.RUNNING
+        self.dispatch(
+            DisposalFinished(
+                self.event_id(),
+                live.child_id,
+                live.outcome,
+                self.message_id(),
+                frozenset(boundaries),
+                parent_registered=parent is not None,
+                parent_status=status,
+            )
+        )
+
+    async def settle_tasks(self) -> None:
+        """Wait until no teardown task is pending (tests and drains)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def new_release() -> asyncio.Future[SubagentError | None]:
+    return asyncio.get_running_loop().create_future()
+
+
+__all__ = ["Emit", "Engine", "LifecycleInfo", "LiveChild", "Routed", "new_release"]

@@ -1,0 +1,114 @@
+"""Concurrency helpers of the continuation manager: per-child lock, barrier, branch awaits.
+
+Theory of operation
+-------------------
+1. ``ChildLocks.locked(child_id)`` chains critical sections per child id in FIFO order; a
+   failed section never poisons the next, and the entry is removed when the last user leaves
+   (CONT-22). It serializes the start section and each follow-up routing pass.
+2. ``Barrier`` records in-flight materializations with the parent lineage they run under;
+   a drain waits for the ones its scope covers, publication or rollback (CONT-10, TEAR-8,
+   TEAR-13).
+3. ``await_branches`` awaits every branch's release even when some fail, then raises one
+   aggregate ``ACTIVATION_TEARDOWN_FAILED`` naming the count and the subject (TEAR-12).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+import attrs
+
+from dsh_subagent.adapters.protocols import Agent
+from dsh_subagent.adapters.signals import AbortSignal
+from dsh_subagent.core.authority import AgentRef
+from dsh_subagent.core.errors import SubagentError, invalid
+from dsh_subagent.core.residency import AgentStatus
+from dsh_subagent.core.teardown import aggregate_branches
+from dsh_subagent.core.values import SessionId
+
+
+@attrs.define(eq=False)
+class _Lock:
+    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    users: int = 0
+
+
+class ChildLocks:
+    """One FIFO lock per child id, alive only while someone holds or waits (rule 1)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[SessionId, _Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def locked(self, child_id: SessionId) -> AsyncIterator[None]:
+        entry = self._locks.setdefault(child_id, _Lock())
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._locks[child_id]
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
+class Barrier:
+    """In-flight materializations and the lineage each runs under (rule 2)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[object, tuple[frozenset[AgentRef], asyncio.Future[None]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def in_flight(self, lineage: frozenset[AgentRef]) -> AsyncIterator[None]:
+        key = object()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._entries[key] = (lineage, done)
+        try:
+            yield
+        finally:
+            del self._entries[key]
+            done.set_result(None)
+
+    async def wait(self, selected: Callable[[frozenset[AgentRef]], bool]) -> None:
+        waits = [done for lineage, done in self._entries.values() if selected(lineage)]
+        if waits:
+            await asyncio.wait(waits)
+
+
+async def quietly(future: Awaitable[object]) -> None:
+    """Await ``future`` and ignore its outcome (retrieving any exception)."""
+    waited = asyncio.ensure_future(future)
+    await asyncio.wait([waited])
+    if not waited.cancelled():
+        waited.exception()
+
+
+async def await_branches(
+    targets: Sequence[asyncio.Future[SubagentError | None]], subject: str
+) -> None:
+    """Await every branch, then raise one aggregate if any failed (TEAR-12)."""
+    if not targets:
+        return
+    outcomes = await asyncio.gather(*targets)
+    error = aggregate_branches(subject, [failure for failure in outcomes if failure is not None])
+    if error is not None:
+        raise error
+
+
+def status_of(agent: Agent | None) -> AgentStatus:
+    """The core's view of an agent's status; an absent agent reads as idle."""
+    return AgentStatus.IDLE if agent is None else AgentStatus(agent.status.value)
+
+
+def check_signal(signal: object) -> AbortSignal | None:
+    if signal is not None and not isinstance(signal, AbortSignal):
+        raise invalid("signal", "must be an AbortSignal")
+    return signal
+
+
+__all__ = ["Barrier", "ChildLocks", "await_branches", "check_signal", "quietly", "status_of"]

@@ -1,0 +1,250 @@
+"""Public values of the continuation manager: start specs, authorities, identity tokens.
+
+Theory of operation
+-------------------
+1. ``ContinuableStartSpec`` is CONT-1's input: a provider name, the durable label, the live
+   parent agent, the prompt and the optional reserved id, agent options, depth cap, tool
+   filter and persona. ``check_start_spec`` validates every field before any side effect
+   and names the offending field (``INVALID_ARGUMENT``).
+2. Authorities are adapter objects holding live agents; ``Identities`` turns them into the
+   core's token values: an ``AgentRef`` per agent object (a token minted once per object,
+   held weakly) and a ``Presented`` pairing it with the token the registry holds now under
+   the same id, so "exact live" is a token comparison in the core (AUTH-1, AUTH-6).
+3. ``UserGrant`` is unforgeable (DESIGN decision 2): only ``Identities.mint_grant`` makes one
+   (a private key guards the constructor) and only the minted objects are genuine; a copy,
+   a subclass instance or a discriminant never is.
+4. ``LineageView`` reads the registry lazily as the two mappings ``core.authority.
+   live_lineage`` walks (header parents and registry tokens), so the walk copies nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Final
+
+import attrs
+
+from dsh_subagent.adapters.protocols import Agent, AgentRegistry
+from dsh_subagent.adapters.signals import AbortSignal
+from dsh_subagent.core.authority import (
+    AgentRef,
+    FollowupAuthority,
+    ParentAuthority,
+    Presented,
+    UserAuthority,
+    live_lineage,
+)
+from dsh_subagent.core.depth import validate_max_depth
+from dsh_subagent.core.errors import invalid
+from dsh_subagent.core.jsonvalue import require_str
+from dsh_subagent.core.values import (
+    AgentOptions,
+    Content,
+    ContentBlock,
+    DataBlock,
+    MessageId,
+    SessionId,
+    TextBlock,
+    ToolFilter,
+)
+
+_GRANT_KEY: Final = object()
+
+
+@attrs.frozen
+class ContinuableStartSpec:
+    """``start_continuable`` input (CONT-1); the prompt is submitted with source ``user``."""
+
+    provider: str
+    label: str
+    parent: Agent = attrs.field(eq=False)
+    prompt: Content
+    child_id: SessionId | None = None
+    agent_options: AgentOptions | None = None
+    max_depth: int | None = None
+    tool_filter: ToolFilter | None = None
+    persona: str | None = None
+    signal: AbortSignal | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class ContinuableStart:
+    """The identities a caller gets once the initial prompt is in the child's inbox (CONT-8)."""
+
+    child_id: SessionId
+    message_id: MessageId
+
+
+@attrs.frozen
+class ParentAgent:
+    """Follow-up authority of a parent agent's tool context (AUTH-1)."""
+
+    agent: Agent = attrs.field(eq=False)
+
+
+@attrs.frozen
+class AncestorAuthority:
+    """Interrupt authority of a live agent claiming to be the target's ancestor (AUTH-6)."""
+
+    agent: Agent = attrs.field(eq=False)
+
+
+class UserGrant:
+    """The host's user authority; only the manager can mint a genuine one (DESIGN decision 2)."""
+
+    __slots__ = ("__weakref__",)
+
+    def __init__(self, key: object) -> None:
+        if key is not _GRANT_KEY:
+            raise invalid("grant", "a user grant is minted only by user_authority()")
+
+    def __repr__(self) -> str:
+        return "UserGrant(<opaque>)"
+
+
+@attrs.frozen
+class UserInterruptAuthority:
+    """A user interrupt: the grant plus the child's durable direct-parent address (AUTH-5)."""
+
+    grant: UserGrant = attrs.field(eq=False)
+    parent_session_id: SessionId
+
+
+def check_content(value: object, field: str) -> Content:
+    """A tuple of content blocks, or ``INVALID_ARGUMENT`` naming ``field``."""
+    if not isinstance(value, tuple) or not all(
+        isinstance(block, TextBlock | DataBlock) for block in value
+    ):
+        raise invalid(field, "must be a tuple of content blocks")
+    blocks: tuple[ContentBlock, ...] = value
+    return blocks
+
+
+def check_start_spec(spec: object) -> ContinuableStartSpec:
+    """Validate a start spec's fields, in declaration order (CONT-1, CONT-3 step 3).
+
+    raises: SubagentError
+    """
+    if not isinstance(spec, ContinuableStartSpec):
+        raise invalid("spec", "must be a ContinuableStartSpec")
+    require_str(spec.provider, "spec.provider", non_empty=True)
+    require_str(spec.label, "spec.label", non_empty=True)
+    if not all(hasattr(spec.parent, name) for name in ("id", "session", "options", "ctx")):
+        raise invalid("spec.parent", "must be the live parent Agent")
+    check_content(spec.prompt, "spec.prompt")
+    if spec.child_id is not None:
+        require_str(spec.child_id, "spec.child_id", non_empty=True)
+    if spec.agent_options is not None and not isinstance(spec.agent_options, AgentOptions):
+        raise invalid("spec.agent_options", "must be AgentOptions")
+    validate_max_depth(spec.max_depth, "spec.max_depth")
+    if spec.tool_filter is not None and not isinstance(spec.tool_filter, ToolFilter):
+        raise invalid("spec.tool_filter", "must be a ToolFilter")
+    if spec.persona is not None:
+        require_str(spec.persona, "spec.persona")
+    if spec.signal is not None and not isinstance(spec.signal, AbortSignal):
+        raise invalid("spec.signal", "must be an AbortSignal")
+    return spec
+
+
+class Identities:
+    """Identity tokens of agent objects and the genuine user grants (rules 2 and 3)."""
+
+    def __init__(self, agents: AgentRegistry) -> None:
+        self._agents = agents
+        self._tokens: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
+        self._next = itertools.count(1)
+        self._grants: weakref.WeakSet[UserGrant] = weakref.WeakSet()
+
+    def ref(self, agent: Agent) -> AgentRef:
+        """This agent object's ``AgentRef``, minting its token on first sight."""
+        token = self._tokens.get(agent)
+        if token is None:
+            token = self._tokens[agent] = next(self._next)
+        return AgentRef(agent.id, token)
+
+    def known(self, agent: Agent) -> AgentRef | None:
+        """The ``AgentRef`` of an agent that already has a token, else None."""
+        token = self._tokens.get(agent)
+        return None if token is None else AgentRef(agent.id, token)
+
+    def presented(self, agent: Agent) -> Presented:
+        """``agent`` with the token of whatever the registry holds under its id now."""
+        current = self._agents.get(agent.id)
+        return Presented(self.ref(agent), None if current is None else self.ref(current).token)
+
+    def mint_grant(self) -> UserGrant:
+        grant = UserGrant(_GRANT_KEY)
+        self._grants.add(grant)
+        return grant
+
+    def genuine(self, grant: object) -> bool:
+        return isinstance(grant, UserGrant) and grant in self._grants
+
+    def followup_authority(self, authority: object) -> FollowupAuthority:
+        """The core's follow-up authority, with the registry's token as of now (AUTH-1/2/4)."""
+        if isinstance(authority, ParentAgent):
+            return ParentAuthority(self.presented(authority.agent))
+        if isinstance(authority, UserGrant):
+            return UserAuthority(self.genuine(authority))
+        raise invalid("authority", "must be ParentAgent or a UserGrant")
+
+    def lineage(self, parent: Agent) -> frozenset[AgentRef]:
+        """The parent's live lineage through the registry (AUTH-7)."""
+        view = LineageView(self._agents, self)
+        return live_lineage(self.ref(parent), view.header_parents, view)
+
+
+class LineageView(Mapping[SessionId, AgentRef]):
+    """The registry as ``id -> AgentRef``, plus ``header_parents`` as ``id -> parent id``."""
+
+    def __init__(self, agents: AgentRegistry, identities: Identities) -> None:
+        self._agents = agents
+        self._identities = identities
+        self.header_parents = _HeaderParents(agents)
+
+    def __getitem__(self, key: SessionId) -> AgentRef:
+        agent = self._agents.get(key)
+        if agent is None:
+            raise KeyError(key)
+        return self._identities.ref(agent)
+
+    def __iter__(self) -> Iterator[SessionId]:
+        raise TypeError("the registry view is not enumerable")
+
+    def __len__(self) -> int:
+        raise TypeError("the registry view is not enumerable")
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._agents.get(SessionId(key)) is not None
+
+
+class _HeaderParents(Mapping[SessionId, SessionId | None]):
+    def __init__(self, agents: AgentRegistry) -> None:
+        self._agents = agents
+
+    def __getitem__(self, key: SessionId) -> SessionId | None:
+        agent = self._agents.get(key)
+        if agent is None:
+            raise KeyError(key)
+        return agent.session.header.parent_session
+
+    def __iter__(self) -> Iterator[SessionId]:
+        raise TypeError("the registry view is not enumerable")
+
+    def __len__(self) -> int:
+        raise TypeError("the registry view is not enumerable")
+
+
+__all__ = [
+    "AncestorAuthority",
+    "ContinuableStart",
+    "ContinuableStartSpec",
+    "Identities",
+    "ParentAgent",
+    "UserGrant",
+    "UserInterruptAuthority",
+    "check_content",
+    "check_start_spec",
+]
