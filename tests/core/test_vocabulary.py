@@ -264,3 +264,9 @@ def test_err_0_errors_survive_copy_and_pickle() -> None:
         assert clone.code is ErrorCode.UNAUTHORIZED
         assert clone.field == "parent"
         assert str(clone) == str(err)
+
+
+def test_err_20_retired_codes_stay_retired_except_the_design_restored_one() -> None:
+    names = {code.name for code in ErrorCode}
+    assert "SUBAGENT_CONTROL_SESSION_QUERY_UNAVAILABLE" not in names
+    assert "DURABILITY_FAILED" in names  # DESIGN decision 1 restores it on purpose
