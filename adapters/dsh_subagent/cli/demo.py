@@ -38,6 +38,7 @@ from dsh_subagent.adapters.signals import AbortController, race_abort
 from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
 from dsh_subagent.core.listing import ChildRow, DescendantRow, ListingDiagnostic
 from dsh_subagent.core.values import (
+    TURN_END,
     USER_MESSAGE,
     AgentOptions,
     CoordinatorSource,
@@ -48,7 +49,7 @@ from dsh_subagent.core.values import (
     UserMessage,
     stop_reason_text,
 )
-from dsh_subagent.core.wire import decode_message
+from dsh_subagent.core.wire import decode_message, turn_end_reason
 
 Say = Callable[[str], None]
 
@@ -207,9 +208,13 @@ async def run_demo(say: Say, *, db: Path, step: Callable[[str], None]) -> list[d
     say(f"  follow-up to the waiting writer woke it: {_state(service.activation_state(writer))}")
     service.interrupt(researcher, AncestorAuthority(parent))
     model.gates.pop(researcher, None)
-    await harness.registry.get(researcher).when_idle()  # type: ignore[union-attr]
+    researcher_agent = harness.registry.get(researcher)
+    assert researcher_agent is not None
+    await researcher_agent.when_idle()
+    ended = [e for e in researcher_agent.session.events if e.type == TURN_END]
+    say(f"  interrupted the researcher: its turn ended {turn_end_reason(ended[-1].data).value}")
     say(
-        "  interrupted the researcher's turn; its queued follow-up stays parked: "
+        "  its queued follow-up stays parked, so it stays resident: "
         f"{_state(service.activation_state(researcher))}"
     )
     await service.followup(researcher, (TextBlock("resume"),), ParentAgent(parent))
