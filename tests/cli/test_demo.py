@@ -60,3 +60,20 @@ def test_demo_reports_a_corrupt_store_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["demo", "--db", str(bad)])
     assert result.exit_code != 0
     assert "PERSISTENCE_UNAVAILABLE" in str(result.exception)
+
+
+def test_catalog_lists_a_demo_store_and_refuses_bad_input(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    _demo("--db", str(db))
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["catalog", "--db", str(db), "--descendants"])
+    assert listed.exit_code == 0, listed.output
+    assert "writer" in listed.output
+    assert "checker" in listed.output
+    assert "has children" in listed.output
+    missing = runner.invoke(cli, ["catalog", "--db", str(tmp_path / "none.db")])
+    assert missing.exit_code != 0
+    assert "no session store at" in missing.output
+    unknown = runner.invoke(cli, ["catalog", "--db", str(db), "--parent", "ghost"])
+    assert unknown.exit_code != 0
+    assert "the store holds no session 'ghost'" in unknown.output

@@ -49,6 +49,24 @@ def demo(db: Path | None, as_json: bool, step_through: bool) -> None:
 
 @cli.command()
 @click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The SQLite session store to read.",
+)
+@click.option("--parent", default=None, help="List this session's children (default: every root).")
+@click.option("--descendants", is_flag=True, help="Walk the whole tree below each parent.")
+def catalog(db: Path, parent: str | None, descendants: bool) -> None:
+    """List the children in a store: ids, labels, modes, activity and diagnostics."""
+    from dsh_subagent.cli.catalog import print_catalog
+
+    if not db.is_file():
+        raise click.ClickException(f"no session store at {db}")
+    print_catalog(db, parent, descendants=descendants)
+
+
+@cli.command()
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("docs/diagrams"),
