@@ -1,0 +1,230 @@
+"""The HARNESS contract the seam depends on, checked against the harness under test.
+
+Each test names the catalog rule it checks (section 17). The agents come from
+``harness.create_agent``/``registry`` and answer from the suite's ``ModelBook``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dsh_subagent.adapters.agent_loop import create_user_message
+from dsh_subagent.adapters.harness import ReferenceHarness
+from dsh_subagent.adapters.protocols import Agent, AgentStatus, CancelCause, InboxNotification
+from dsh_subagent.adapters.registry import CreateOptions
+from dsh_subagent.adapters.scripted_model import Gate, Gated, fail, hit_max_tokens, reply
+from dsh_subagent.adapters.signals import AbortSignal, Scope
+from dsh_subagent.conformance.plugin import HarnessFactory, ModelBook, run
+from dsh_subagent.core import wire
+from dsh_subagent.core.values import (
+    INBOX_SPLICED,
+    TURN_END,
+    CancelKind,
+    SessionId,
+    TextBlock,
+    TurnEndReason,
+    UserMessage,
+)
+
+USER = CancelCause(CancelKind.USER)
+
+
+def msg(text: str) -> UserMessage:
+    return create_user_message((TextBlock(text),))
+
+
+class Trace:
+    """Every notification of one agent, in order, as ``(kind, message id or status)``."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.log: list[tuple[str, str]] = []
+        agent.inserted.subscribe(self._record("inserted"))
+        agent.claimed.subscribe(self._record("claimed"))
+        agent.discarded.subscribe(self._record("discarded"))
+        agent.status_changed.subscribe(lambda n: self.log.append(("status", n.status.value)))
+
+    def _record(self, kind: str) -> Callable[[InboxNotification], None]:
+        return lambda n: self.log.append((kind, n.message.id))
+
+    def of(self, kind: str) -> list[str]:
+        return [value for k, value in self.log if k == kind]
+
+
+def reasons(agent: Agent) -> list[TurnEndReason]:
+    return [wire.turn_end_reason(e.data) for e in agent.session.events if e.type == TURN_END]
+
+
+async def opened(factory: HarnessFactory, book: ModelBook) -> ReferenceHarness:
+    return await factory(book, None)
+
+
+def test_harness_32_followup_splices_notifies_and_runs_before_returning(
+    dsh_harness: HarnessFactory,
+) -> None:
+    async def main() -> None:
+        h = await opened(dsh_harness, ModelBook())
+        agent = await h.create_agent("a")
+        trace = Trace(agent)
+        message = msg("hi")
+        agent.followup(message)  # no await between the call and the checks
+        assert agent.session.events[-1].type == INBOX_SPLICED
+        assert trace.log == [("inserted", message.id), ("status", "running")]
+        await agent.when_idle()
+        assert trace.of("claimed") == [message.id]
+        assert trace.log[-1] == ("status", "idle")
+        await h.close()
+
+    run(main)
+
+
+def test_harness_3_waking_send_during_maintenance_latches_then_replays(
+    dsh_harness: HarnessFactory,
+) -> None:
+    async def main() -> None:
+        h = await opened(dsh_harness, ModelBook())
+        agent = await h.create_agent("a")
+
+        async def task(signal: AbortSignal) -> None:
+            agent.followup(msg("during maintenance"))
+            assert agent.status is AgentStatus.IDLE  # latched, not started
+
+        await agent.run_maintenance(task)
+        await agent.when_idle()
+        assert reasons(agent) == [TurnEndReason.COMPLETED]
+        await h.close()
+
+    run(main)
+
+
+def test_harness_5_cancel_keep_inbox_keeps_messages_and_writes_nothing(
+    dsh_harness: HarnessFactory,
+) -> None:
+    async def main() -> None:
+        h = await opened(dsh_harness, ModelBook())
+        agent = await h.create_agent("a")
+        kept = msg("kept")
+        agent.inject(kept)
+        before = agent.session.seq
+        agent.cancel(USER, keep_inbox=True)
+        assert agent.session.seq == before
+        assert len(agent.pending()) == 1
+        trace = Trace(agent)
+        agent.cancel(USER)
+        assert trace.of("discarded") == [kept.id]
+        assert agent.pending() == ()
+        await h.close()
+
+    run(main)
+
+
+def test_harness_5_interrupt_with_keep_inbox_parks_the_queue_for_the_next_wake(
+    dsh_harness: HarnessFactory,
+) -> None:
+    async def main() -> None:
+        book = ModelBook()
+        gate = Gate()
+        book.script("a", Gated(gate, reply("never")), reply("first"), reply("second"))
+        h = await opened(dsh_harness, book)
+        agent = await h.create_agent("a")
+        agent.followup(msg("work"))
+        await gate.reached()
+        queued = msg("queued")
+        agent.followup(queued)
+        agent.cancel(USER, keep_inbox=True)
+        await agent.when_idle()
+        assert reasons(agent) == [TurnEndReason.ABORTED]
+        assert agent.pending() == (queued.id,)
+        agent.followup(msg("resume"))
+        await agent.when_idle()
+        assert reasons(agent)[1:] == [TurnEndReason.COMPLETED, TurnEndReason.COMPLETED]
+        await h.close()
+
+    run(main)
+
+
+def test_harness_9_turn_end_reasons_completed_max_tokens_error(
+    dsh_harness: HarnessFactory,
+) -> None:
+    async def main() -> None:
+        book = ModelBook()
+        book.script("a", reply("fine"), hit_max_tokens("cut"), fail("boom"))
+        h = await opened(dsh_harness, book)
+        agent = await h.create_agent("a")
+        for text in ("one", "two", "three"):
+            agent.followup(msg(text))
+            await agent.when_idle()
+        assert reasons(agent) == [
+            TurnEndReason.COMPLETED,
+            TurnEndReason.MAX_TOKENS,
+            TurnEndReason.ERROR,
+        ]
+        await h.close()
+
+    run(main)
+
+
+def test_harness_18_dispose_order_is_cancel_idle_scope_agent_then_session(
+    dsh_harness: HarnessFactory,
+) -> None:
+    async def main() -> None:
+        h = await opened(dsh_harness, ModelBook())
+        trace: list[str] = []
+
+        async def setup(ctx: Scope) -> None:
+            ctx.defer(lambda: trace.append("scope"))
+
+        handle = await h.registry.create(CreateOptions(SessionId("d"), setup=setup))
+        handle.agent.discarded.subscribe(lambda _n: trace.append("discarded"))
+        h.registry.disposed.subscribe(lambda a: trace.append(f"agent/disposed {a.id}"))
+        h.store.disposed.subscribe(lambda s: trace.append(f"session/disposed {s.id}"))
+        handle.agent.inject(msg("unclaimed"))
+        first = handle.dispose()
+        assert trace == ["discarded"]
+        assert handle.dispose() is first
+        await first
+        assert trace == ["discarded", "scope", "agent/disposed d", "session/disposed d"]
+        assert h.registry.get(SessionId("d")) is None
+        await h.close()
+
+    run(main)
+
+
+def test_harness_16_failed_setup_publishes_nothing(dsh_harness: HarnessFactory) -> None:
+    async def main() -> None:
+        h = await opened(dsh_harness, ModelBook())
+
+        async def setup(ctx: Scope) -> None:
+            raise RuntimeError("setup failed")
+
+        with pytest.raises(RuntimeError, match="setup failed"):
+            await h.registry.create(CreateOptions(SessionId("x"), setup=setup))
+        assert h.registry.get(SessionId("x")) is None
+        assert h.store.get(SessionId("x")) is None
+        await h.close()
+
+    run(main)
+
+
+def test_harness_17_resume_continues_the_log_and_turn_numbers(
+    dsh_harness: HarnessFactory, tmp_path: Path
+) -> None:
+    db = str(tmp_path / "sessions.db")
+
+    async def main() -> None:
+        first = await dsh_harness(ModelBook(), db)
+        agent = await first.create_agent("r")
+        agent.followup(msg("before"))
+        await agent.when_idle()
+        await first.close()
+        second = await dsh_harness(ModelBook(), db)
+        resumed = await second.resume_agent("r")
+        resumed.followup(msg("after"))
+        await resumed.when_idle()
+        ends = [e.data for e in resumed.session.events if e.type == TURN_END]
+        assert ends == [{"turn": 1, "reason": "completed"}, {"turn": 2, "reason": "completed"}]
+        await second.close()
+
+    run(main)

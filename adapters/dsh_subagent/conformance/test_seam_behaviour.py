@@ -1,0 +1,164 @@
+"""The service's one-shot and continuable behaviour, on the harness under test."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from dsh_subagent.adapters.continuation_types import (
+    AncestorAuthority,
+    ContinuableStartSpec,
+    ParentAgent,
+)
+from dsh_subagent.adapters.protocols import Agent
+from dsh_subagent.adapters.providers.base import StartRequest
+from dsh_subagent.adapters.scripted_model import Gate, Gated, fail, reply
+from dsh_subagent.adapters.service import LifecyclePayload
+from dsh_subagent.adapters.signals import AbortController
+from dsh_subagent.conformance.plugin import HarnessFactory, ModelBook, run
+from dsh_subagent.core import wire
+from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
+from dsh_subagent.core.residency import ActivationState
+from dsh_subagent.core.values import (
+    TURN_END,
+    USER_MESSAGE,
+    KnownStop,
+    SessionId,
+    SubagentSettledSource,
+    TextBlock,
+    TurnEndReason,
+    UserMessage,
+    text_of,
+)
+
+
+class Ends:
+    """``subagent/start`` and ``subagent/end`` as the service emits them."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.ended: dict[str, asyncio.Event] = {}
+
+    def __call__(self, payload: LifecyclePayload) -> None:
+        if isinstance(payload, RunStartInfo):
+            self.log.append(f"start {payload.child_id}")
+        elif isinstance(payload, RunEndInfo):
+            child = payload.start.child_id
+            self.log.append(f"end {child}")
+            self.ended.setdefault(child, asyncio.Event()).set()
+
+    async def of(self, child: str) -> None:
+        await self.ended.setdefault(child, asyncio.Event()).wait()
+
+
+def notices(agent: Agent) -> list[UserMessage]:
+    found = []
+    for event in agent.session.events:
+        if event.type == USER_MESSAGE and isinstance(event.data, Mapping):
+            message = wire.decode_message(event.data.get("message"), "message")
+            if isinstance(message.source, SubagentSettledSource):
+                found.append(message)
+    return found
+
+
+def reasons(agent: Agent) -> list[TurnEndReason]:
+    return [wire.turn_end_reason(e.data) for e in agent.session.events if e.type == TURN_END]
+
+
+def test_one_4_one_shot_spawn_runs_a_child_and_settles_completed(
+    dsh_harness: HarnessFactory,
+) -> None:
+    async def main() -> None:
+        h = await dsh_harness(ModelBook(), None)
+        ends = Ends()
+        for name in ("subagent/start", "subagent/end"):
+            h.service.on(name, ends)
+        parent = await h.create_agent("parent")
+        request = StartRequest((TextBlock("do it"),), parent, AbortController().signal)
+        started = await h.service.start("spawn", request)
+        result = await started.result
+        await started.dispose()
+        assert result.stop_reason is KnownStop.COMPLETED
+        assert "ok" in str(result.output)
+        assert ends.log == [f"start {started.id}", f"end {started.id}"]
+        await h.close()
+
+    run(main)
+
+
+def test_notice_6_continuable_child_settles_and_the_parent_gets_the_exact_notice(
+    dsh_harness: HarnessFactory,
+) -> None:
+    async def main() -> None:
+        book = ModelBook()
+        book.script("c1", reply("found it"))
+        h = await dsh_harness(book, None)
+        ends = Ends()
+        h.service.on("subagent/end", ends)
+        parent = await h.create_agent("parent")
+        spec = ContinuableStartSpec(
+            "spawn", "c1", parent, (TextBlock("look"),), child_id=SessionId("c1")
+        )
+        started = await h.service.start_continuable(spec)
+        assert started.child_id == "c1"
+        await ends.of("c1")
+        await parent.when_idle()
+        assert [text_of(n.content[:1]) for n in notices(parent)] == [
+            "Background subagent c1 finished and will do no further work unless you send it more."
+        ]
+        assert h.service.activation_state(SessionId("c1")) is None
+        await h.close()
+
+    run(main)
+
+
+def test_cont_14_followup_wakes_a_settled_child_for_a_new_turn(
+    dsh_harness: HarnessFactory,
+) -> None:
+    async def main() -> None:
+        book = ModelBook()
+        book.script("c1", reply("first"), fail("second fails"))
+        h = await dsh_harness(book, None)
+        parent = await h.create_agent("parent")
+        spec = ContinuableStartSpec(
+            "spawn", "c1", parent, (TextBlock("a"),), child_id=SessionId("c1")
+        )
+        await h.service.start_continuable(spec)
+        child = h.registry.get(SessionId("c1"))
+        assert child is not None
+        await child.when_idle()
+        await h.service.followup(SessionId("c1"), (TextBlock("b"),), ParentAgent(parent))
+        child = h.registry.get(SessionId("c1"))
+        assert child is not None
+        await child.when_idle()
+        assert reasons(child) == [TurnEndReason.COMPLETED, TurnEndReason.ERROR]
+        await h.close()
+
+    run(main)
+
+
+def test_cont_23_interrupt_aborts_the_running_turn_and_keeps_the_queue(
+    dsh_harness: HarnessFactory,
+) -> None:
+    async def main() -> None:
+        book = ModelBook()
+        gate = Gate()
+        book.script("c1", Gated(gate, reply("never")))
+        h = await dsh_harness(book, None)
+        parent = await h.create_agent("parent")
+        spec = ContinuableStartSpec(
+            "spawn", "c1", parent, (TextBlock("work"),), child_id=SessionId("c1")
+        )
+        await h.service.start_continuable(spec)
+        await gate.reached()
+        assert h.service.activation_state(SessionId("c1")) is ActivationState.RUNNING
+        await h.service.followup(SessionId("c1"), (TextBlock("queued"),), ParentAgent(parent))
+        h.service.interrupt(SessionId("c1"), AncestorAuthority(parent))
+        child = h.registry.get(SessionId("c1"))
+        assert child is not None
+        await child.when_idle()
+        assert reasons(child) == [TurnEndReason.ABORTED]
+        assert len(child.pending()) == 1
+        await h.close()
+
+    run(main)
