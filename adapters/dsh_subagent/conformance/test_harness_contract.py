@@ -17,7 +17,7 @@ from dsh_subagent.adapters.protocols import Agent, AgentStatus, CancelCause, Inb
 from dsh_subagent.adapters.registry import CreateOptions
 from dsh_subagent.adapters.scripted_model import Gate, Gated, fail, hit_max_tokens, reply
 from dsh_subagent.adapters.signals import AbortSignal, Scope
-from dsh_subagent.conformance.plugin import HarnessFactory, ModelBook, run
+from dsh_subagent.conformance.support import HarnessFactory, ModelBook, run
 from dsh_subagent.core import wire
 from dsh_subagent.core.values import (
     INBOX_SPLICED,

@@ -15,7 +15,7 @@ from dsh_subagent.adapters.providers.base import StartRequest
 from dsh_subagent.adapters.scripted_model import Gate, Gated, fail, reply
 from dsh_subagent.adapters.service import LifecyclePayload
 from dsh_subagent.adapters.signals import AbortController
-from dsh_subagent.conformance.plugin import HarnessFactory, ModelBook, run
+from dsh_subagent.conformance.support import HarnessFactory, ModelBook, run
 from dsh_subagent.core import wire
 from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
 from dsh_subagent.core.residency import ActivationState
