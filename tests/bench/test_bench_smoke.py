@@ -1,0 +1,176 @@
+"""Our benchmark workloads and ``bench/run``'s reporting at a tiny size, so they cannot rot.
+
+Nothing here asserts a time or a memory figure: only that each workload runs through the real
+seam, checks what it claims to check, and reports in the shape ``bench/run`` reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import compare, workloads
+
+
+def test_w1_sequential_delegations_and_the_task_floor_are_summarized() -> None:
+    result = asyncio.run(workloads.w1(20, 2, blocks=2))
+    assert set(result) == {"W1_oneshot", "W1_task_floor"}
+    summary = result["W1_oneshot"]
+    assert isinstance(summary, dict)
+    assert summary["n"] == 20
+    assert summary["min_us"] <= summary["median_us"] <= summary["p95_us"] <= summary["max_us"]
+
+
+def test_w2_barrier_holds_every_child_in_flight_before_collecting() -> None:
+    result = asyncio.run(workloads.w2("W2_oneshot_barrier", 20, warmup=2))
+    assert result["children"] == 20
+    assert result["barrier"] is True
+    assert result["rss_at_barrier_mib"] is not None
+
+
+def test_w2_variant_runs_in_a_fresh_interpreter() -> None:
+    result = workloads.w2_in_fresh_interpreter("W2_oneshot_instant", 10)
+    assert result.get("children") == 10, result
+    assert result["rss_at_barrier_mib"] is None
+
+
+def test_w3_cold_resume_hands_the_model_the_whole_persisted_history(tmp_path: Path) -> None:
+    result = asyncio.run(workloads.w3(3, 2, tmp_path, build_concurrency=2))
+    assert result["n"] == 3
+    assert result["history_items_seen_by_model"] == 5  # 2 turns + the resume: 3 user, 2 replies
+    assert isinstance(result["db_bytes"], int)
+    assert result["db_bytes"] > 0
+
+
+def test_w4_drain_releases_every_activation_of_a_depth_4_tree() -> None:
+    result = asyncio.run(workloads.w4(30))
+    assert result["activations"] == 30
+    assert result["levels"] == workloads.tree_levels(30)
+
+
+def test_tree_levels_have_depth_4_and_the_requested_size() -> None:
+    for size in (4, 30, 1_000, 10_000):
+        levels = workloads.tree_levels(size)
+        assert len(levels) == 4
+        assert sum(levels) == size
+        assert all(n > 0 for n in levels)
+    assert workloads.tree_levels(10_000) == [10, 100, 1_000, 8_890]
+
+
+def test_w5_counts_events_through_the_core_apply() -> None:
+    result = workloads.w5(10, 5, repeats=1)
+    assert result["events"] == 50  # 10 events per child life
+    assert isinstance(result["events_per_s"], int)
+
+
+def test_w1_to_w3_peer_figures_come_from_the_documented_variants() -> None:
+    peer = {"W1_as_tool": {"median_us": 900.0, "p95_us": 1000.0}, "W3_resume": {"median_us": 5.0}}
+    figures = compare.figures_of("openai-agents", peer)
+    assert figures["W1_us_median"] == 900.0
+    assert figures["W3_resume_us_median"] == 5.0
+    assert figures["W2_wall_ms"] is None
+    assert "W5_core_events_per_s" not in figures
+
+
+def _ours(drain_small: float, drain_large: float) -> dict[str, object]:
+    return {
+        "W1_oneshot": {"median_us": 100.0, "p95_us": 150.0},
+        "W2_oneshot_barrier": {"wall_ms": 50.0, "kib_per_child": 8.0},
+        "W3_resume": {"median_us": 400.0},
+        "W4_drain": {"1000": {"drain_ms": drain_small}, "10000": {"drain_ms": drain_large}},
+        "W5_core": {"events_per_s": 60_000},
+        "env": {"packages": {"dsh-subagent": "0.1.0"}},
+    }
+
+
+def test_report_takes_medians_and_leaves_a_failed_or_absent_peer_out(tmp_path: Path) -> None:
+    floor = {"W1_direct": {"median_us": 5.0, "p95_us": 6.0}, "W3_resume": {"median_us": 200.0}}
+    records: list[tuple[str, compare.Record]] = [
+        ("ours", {"rc": 0, "others_cpu_pct": 0.0, "result": _ours(10.0, 100.0)}),
+        ("ours", {"rc": 0, "others_cpu_pct": 40.0, "result": _ours(10.0, 120.0)}),
+        ("ours", {"rc": 0, "others_cpu_pct": 0.0, "result": _ours(10.0, 110.0)}),
+        ("asyncio_floor", {"rc": 0, "others_cpu_pct": 0.0, "result": floor}),
+        ("openai-agents", {"rc": 1, "others_cpu_pct": 0.0, "error": "boom"}),
+    ]
+    latest, rendered = compare.report(
+        records, {"pydantic-ai": "install failed"}, reps=3, stamp=compare.utc_stamp(0)
+    )
+    assert set(latest) == {"date", "machine", "versions", "workloads"}
+    assert latest["date"] == "1970-01-01T00:00:00Z"
+    workloads_ = latest["workloads"]
+    assert isinstance(workloads_, dict)
+    assert workloads_["W1_us_median"] == {"ours": 100.0, "asyncio_floor": 5.0}
+    assert workloads_["W4_drain_10k_ms"] == {"ours": 110.0}
+    assert workloads_["W4_scaling_10k_over_1k"] == {"ours": 11.0}
+    assert all("openai-agents" not in by_system for by_system in workloads_.values())
+    assert not compare.TABLE_ONLY & set(workloads_)  # CPU cross-checks stay in the table
+    assert "| `W1_us_median` | 100 [100\u2013100] | 5.00 |" in rendered
+    assert "| 20 |" in rendered  # ours / floor
+    assert "pydantic-ai absent: install failed" in rendered
+    assert "boom" in rendered
+    assert "ours 0.0, 40.0, 0.0; asyncio_floor 0.0;" in rendered
+    json.dumps(latest)
+
+    page = tmp_path / "RESULTS.md"
+    page.write_text(f"# prose before\n{compare.MARK_BEGIN}\nold\n{compare.MARK_END}\nafter\n")
+    compare.replace_table(page, "new table")
+    compare.replace_table(page, "newer table")
+    text = page.read_text()
+    assert text.startswith("# prose before\n")
+    assert text.endswith("\nafter\n")
+    assert "newer table" in text
+    assert "old" not in text
+    assert "new table" not in text
+
+
+def test_run_script_keeps_the_last_json_line_or_the_error() -> None:
+    ok = compare.run_script([sys.executable, "-c", "print('noise'); print('{\"a\": 1}')"], 0.0)
+    assert ok["rc"] == 0
+    assert ok["result"] == {"a": 1}
+    failed = compare.run_script([sys.executable, "-c", "raise SystemExit('broken')"], 0.0)
+    assert failed["rc"] == 1
+    assert failed["error"] == "broken"
+    assert "result" not in failed
+    silent = compare.run_script([sys.executable, "-c", "pass"], 0.0)
+    assert silent["rc"] == "no JSON result"
+    assert silent["error"] == "exit no JSON result"
+
+
+def test_from_raw_reads_back_an_earlier_runs_records(tmp_path: Path) -> None:
+    raw = tmp_path / "raw.jsonl"
+    lines = [
+        {"system": "ours", "rep": 1, "rc": 0, "result": _ours(1.0, 10.0)},
+        {"system": "langgraph", "rep": 2, "rc": 1, "error": "x"},
+    ]
+    raw.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    records, reps = compare.load_raw(raw)
+    assert reps == 2
+    assert records == [
+        ("ours", {"rc": 0, "result": _ours(1.0, 10.0)}),
+        ("langgraph", {"rc": 1, "error": "x"}),
+    ]
+
+
+def test_quick_run_of_ours_alone_writes_the_issue_shape_with_the_peers_absent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    compare.main(["--quick", "--no-peers", "--results", str(tmp_path)])
+    latest = json.loads((tmp_path / "quick.json.tmp").read_text())
+    assert set(latest) == {"date", "machine", "versions", "workloads"}
+    assert set(latest["workloads"]) == {
+        "W1_us_median",
+        "W1_us_p95",
+        "W2_wall_ms",
+        "W2_kib_per_child",
+        "W3_resume_us_median",
+        "W4_drain_10k_ms",
+        "W4_scaling_10k_over_1k",
+        "W5_core_events_per_s",
+    }
+    assert all(set(by_system) == {"ours"} for by_system in latest["workloads"].values())
+    assert "asyncio_floor absent: not requested (--no-peers)" in capsys.readouterr().out
+    assert len((tmp_path / "quick-raw.jsonl.tmp").read_text().splitlines()) == 1
