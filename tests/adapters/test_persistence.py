@@ -831,3 +831,22 @@ def test_sqlite_open_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> No
         assert info.value.field == "path"
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_harness_19_revision_counts_stored_events_without_reading_them(
+    kind: str, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        store: InMemoryPersistence | SqlitePersistence = (
+            InMemoryPersistence()
+            if kind == "memory"
+            else await SqlitePersistence.open(tmp_path / "r.db")
+        )
+        sid = SessionId("s")
+        assert await store.revision(sid) is None
+        await store.create(SessionHeader(sid), [SessionEvent("turn/start", 0, 1.0, {"turn": 1})])
+        assert await store.revision(sid) == 1
+        await store.close()
+
+    asyncio.run(main())

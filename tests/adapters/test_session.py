@@ -316,6 +316,10 @@ class FakePersistence:
     async def load(self, session_id: SessionId) -> _Record:
         return await self.inspect(session_id)
 
+    async def revision(self, session_id: SessionId) -> int | None:
+        record = self.rows.get(session_id)
+        return None if record is None else len(record.events)
+
     async def create(self, header: SessionHeader, events: Sequence[SessionEvent]) -> None:
         self.calls.append(f"create:{len(events)}")
         self.rows[header.id] = _Record(header, tuple(events))

@@ -103,6 +103,10 @@ class SessionPersistence(Protocol):
         """Every stored header with its revision, in creation order."""
         ...
 
+    async def revision(self, session_id: SessionId) -> int | None:
+        """How many events are stored for ``session_id``; None when no row exists."""
+        ...
+
     async def inspect(self, session_id: SessionId) -> SessionRecord:
         """The stored session as it is; never mutates storage."""
         ...
@@ -443,6 +447,12 @@ class InMemoryPersistence:
     async def list(self) -> builtins.list[SessionHeader]:
         """Every stored header, in creation order."""
         return [snapshot.header for snapshot in await self.list_snapshots()]
+
+    async def revision(self, session_id: SessionId) -> int | None:
+        """How many events are stored for ``session_id``; None when no row exists."""
+        self._open()
+        stored = self._sessions.get(require_session_id(session_id))
+        return None if stored is None else len(stored.rows)
 
     async def list_snapshots(self) -> builtins.list[SessionSnapshot]:
         """Every stored header with its revision, in creation order."""

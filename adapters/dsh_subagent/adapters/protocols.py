@@ -283,6 +283,10 @@ class SessionPersistence(Protocol):
         """``{header, revision}`` per stored session (HARNESS-23)."""
         ...
 
+    async def revision(self, session_id: SessionId) -> int | None:
+        """Stored event count, None when no row exists (cheap; used by flush, HARNESS-19)."""
+        ...
+
     async def inspect(self, session_id: SessionId) -> SessionRecordLike:
         """The stored log, never mutating storage (HARNESS-23)."""
         ...

@@ -392,9 +392,6 @@ def bind_persistence(store: SessionStore, persistence: SessionPersistence) -> Un
 
 
 async def _stored_length(persistence: SessionPersistence, session: LiveSession) -> int:
-    """The stored event count, or -1 when no row exists yet."""
-    try:
-        record = await persistence.inspect(session.id)
-    except LookupError:
-        return -1
-    return len(record.events)
+    """The stored event count, or -1 when no row exists yet (never reads the log itself)."""
+    count = await persistence.revision(session.id)
+    return -1 if count is None else count

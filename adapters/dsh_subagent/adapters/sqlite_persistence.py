@@ -223,6 +223,19 @@ class SqlitePersistence:
 
         return await self._run(job)
 
+    async def revision(self, session_id: SessionId) -> int | None:
+        """How many events are stored for ``session_id``; None when no row exists."""
+        sid = require_session_id(session_id)
+
+        def job(conn: sqlite3.Connection) -> int | None:
+            query = """SELECT (SELECT COALESCE(MAX(seq), -1) + 1 FROM events WHERE session_id = ?)
+                FROM sessions WHERE id = ?"""
+            with _transaction(conn, "BEGIN"):
+                row: tuple[int] | None = conn.execute(query, (sid, sid)).fetchone()
+            return None if row is None else row[0]
+
+        return await self._run(job)
+
     async def inspect(self, session_id: SessionId) -> SessionRecord:
         """The stored session as it is; never mutates storage."""
         sid = require_session_id(session_id)
