@@ -28,7 +28,13 @@ from dsh_subagent.adapters.providers.in_process import InProcessHost
 from dsh_subagent.adapters.providers.spawn import SpawnProvider
 from dsh_subagent.adapters.registry import AgentRegistry, CreateOptions, ResumeOptions
 from dsh_subagent.adapters.service import SubagentService
-from dsh_subagent.adapters.session import LiveSession, SessionMeta, SessionStore, bind_persistence
+from dsh_subagent.adapters.session import (
+    LiveSession,
+    SessionMeta,
+    SessionStore,
+    bind_persistence,
+    persist_tail,
+)
 from dsh_subagent.adapters.sqlite_persistence import SqlitePersistence
 from dsh_subagent.adapters.tool_registry import ScopedTools, ToolRegistry
 from dsh_subagent.core.values import AgentOptions, SessionId
@@ -105,8 +111,12 @@ class ReferenceHarness:
         try:
             await self.service.drain_continuable()
         finally:
-            for session in self.store.list():
+            sessions = self.store.list()
+            for session in sessions:
                 await self.store.flush(session)
             await self.registry.close()
+            # Disposal itself writes (each inbox's cancel splice): persist that tail too.
+            for session in sessions:
+                await persist_tail(self.persistence, session)
             self._unbind()
             await self.persistence.close()

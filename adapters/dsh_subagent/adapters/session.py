@@ -391,6 +391,20 @@ def bind_persistence(store: SessionStore, persistence: SessionPersistence) -> Un
     return store.on_flush(write)
 
 
+async def persist_tail(persistence: SessionPersistence, session: LiveSession) -> None:
+    """Write whatever of ``session``'s log is not stored yet, even after it left the store.
+
+    A host's last write at shutdown: events appended while agents were being disposed (the
+    disposal cancel of their inboxes, HARNESS-18) happen after the final flush could run.
+    """
+    count = await _stored_length(persistence, session)
+    events = session.events
+    if count < 0:
+        await persistence.create(session.header, events)
+    elif count < len(events):
+        await persistence.append(session.id, events[count:])
+
+
 async def _stored_length(persistence: SessionPersistence, session: LiveSession) -> int:
     """The stored event count, or -1 when no row exists yet (never reads the log itself)."""
     count = await persistence.revision(session.id)

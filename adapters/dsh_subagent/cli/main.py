@@ -84,56 +84,20 @@ def diagram(out: Path) -> None:
 
 @cli.command()
 @click.option("--examples", default=200, show_default=True, help="Sequences to run.")
-@click.option("--steps", default=40, show_default=True, help="Maximum steps per sequence.")
+@click.option("--steps", default=30, show_default=True, help="Maximum steps per sequence.")
 @click.option("--seed", type=int, default=None, help="Seed for a reproducible run.")
-def verify(examples: int, steps: int, seed: int | None) -> None:
+@click.option(
+    "--machine",
+    type=click.Choice(["core", "service", "both"]),
+    default="both",
+    show_default=True,
+    help="The core lockstep machine, the service machine over the real harness, or both.",
+)
+def verify(examples: int, steps: int, seed: int | None, machine: str) -> None:
     """Run the stateful machines and print how often each invariant was checked."""
-    try:
-        from hypothesis import HealthCheck, settings
-        from hypothesis import seed as with_seed
-        from hypothesis.stateful import get_state_machine_test
+    from dsh_subagent.cli.verify import run_verify
 
-        from dsh_subagent.spec.invariants import ALL_INVARIANTS
-        from dsh_subagent.spec.machines import CoreMachine
-    except ImportError as err:  # pragma: no cover - depends on the installed extras
-        raise click.ClickException(f"verify needs Hypothesis ({err})") from err
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    CoreMachine.reset_counts()
-    test = get_state_machine_test(
-        CoreMachine,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=steps,
-            deadline=None,
-            database=None,
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
-    if seed is not None:
-        test = with_seed(seed)(test)
-    failure: BaseException | None = None
-    with console.status(f"running {examples} sequences of up to {steps} steps"):
-        try:
-            test()
-        except Exception as err:  # a violation, shrunk by Hypothesis
-            failure = err
-    table = Table(title="Invariants checked by the core lockstep machine")
-    for column in ("invariant", "rules", "checks", "result"):
-        table.add_column(column)
-    for inv in ALL_INVARIANTS:
-        count = CoreMachine.totals.get(inv.id, 0)
-        verdict = "VIOLATED" if inv.id in CoreMachine.violated else ("held" if count else "n/a")
-        table.add_row(inv.id, ", ".join(inv.rules), str(count), verdict)
-    console.print(table)
-    if failure is not None:
-        console.print(f"[bold red]violation:[/] {failure}")
-        for note in getattr(failure, "__notes__", []):
-            console.print(note, markup=False)
-        rerun = f"dsh-subagent verify --examples {examples} --steps {steps}"
-        console.print(f"reproduce with: {rerun}" + (f" --seed {seed}" if seed is not None else ""))
+    if not run_verify(examples=examples, steps=steps, seed=seed, machine=machine):
         sys.exit(1)
 
 
