@@ -44,5 +44,5 @@ def test_notice_15_harness_close_keeps_the_roots_disposal_cancel_durable(tmp_pat
 
     pending = asyncio.run(main())
     if pending:
-        pytest.xfail(f"known issue, reported to the lead: {pending} pending after resume")
+        pytest.fail(f"{pending} pending after resume: the disposal cancel was not persisted")
     assert pending == ()

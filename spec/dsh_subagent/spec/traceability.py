@@ -50,6 +50,10 @@ def _test_names(path: Path) -> frozenset[str]:
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             names.add(node.name)
+        elif isinstance(node, ast.Assign):  # e.g. ``TestMachine = Machine.TestCase``
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    names.update({target.id, f"{target.id}::runTest"})
         elif isinstance(node, ast.ClassDef):
             names.add(node.name)
             for item in node.body:
