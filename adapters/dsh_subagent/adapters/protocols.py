@@ -22,6 +22,7 @@ from typing import Protocol, TypeVar
 import attrs
 
 from dsh_subagent.adapters.signals import AbortSignal, Emitter, Scope, Unsubscribe
+from dsh_subagent.core.residency import AgentStatus as AgentStatus  # noqa: PLC0414 (re-export)
 from dsh_subagent.core.values import (
     AgentOptions,
     CancelKind,
@@ -47,13 +48,6 @@ class InboxTarget(enum.Enum):
 
     NEXT_TURN = "next-turn"
     NEXT_STEP = "next-step"
-
-
-class AgentStatus(enum.Enum):
-    """Externally visible agent status; maintenance folds into ``IDLE`` (HARNESS-2)."""
-
-    IDLE = "idle"
-    RUNNING = "running"
 
 
 class SessionStartSource(enum.Enum):
