@@ -16,7 +16,6 @@ Theory of operation
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Final
 
 from dsh_subagent.adapters.providers.base import (
@@ -27,15 +26,7 @@ from dsh_subagent.adapters.providers.base import (
 from dsh_subagent.adapters.providers.in_process import InProcessHost, InProcessRun, start_in_process
 from dsh_subagent.adapters.providers.spawn import IN_PROCESS_CAPABILITIES
 from dsh_subagent.core.jsonvalue import require_str
-from dsh_subagent.core.values import TURN_END, SessionEvent
-
-
-def completed_turn_prefix(events: Sequence[SessionEvent]) -> tuple[SessionEvent, ...] | None:
-    """Every event through the last ``turn/end``, or ``None`` when no turn completed."""
-    for index in range(len(events) - 1, -1, -1):
-        if events[index].type == TURN_END:
-            return tuple(events[: index + 1])
-    return None
+from dsh_subagent.core.seed import completed_turn_prefix
 
 
 class ForkProvider:

@@ -44,22 +44,12 @@ from dsh_subagent.adapters.signals import AbortController, AbortSignal, race_abo
 from dsh_subagent.core.errors import invalid
 from dsh_subagent.core.jsonvalue import require_str
 from dsh_subagent.core.output import AssistantOutputFold, Output
+from dsh_subagent.core.seed import DIAGNOSTIC_LIMIT, TRUNCATION_SUFFIX, limit_diagnostic
 from dsh_subagent.core.values import KnownStop, SessionId, SubagentCapabilities, SubagentResult
 
 _log = logging.getLogger(__name__)
 
 NO_START_CAPABILITIES: Final = SubagentCapabilities()
-DIAGNOSTIC_LIMIT: Final = 4096
-TRUNCATION_SUFFIX: Final = "\n[diagnostic truncated]"
-
-
-def limit_diagnostic(text: str) -> str:
-    """``text`` if it fits 4096 UTF-8 bytes, else cut on a character boundary plus a suffix."""
-    encoded = text.encode("utf-8")
-    if len(encoded) <= DIAGNOSTIC_LIMIT:
-        return text
-    budget = DIAGNOSTIC_LIMIT - len(TRUNCATION_SUFFIX.encode("utf-8"))
-    return encoded[:budget].decode("utf-8", errors="ignore") + TRUNCATION_SUFFIX
 
 
 def require_positive_finite(value: object, name: str, prefix: str) -> float:
