@@ -15,8 +15,12 @@ Theory of operation
 
 from __future__ import annotations
 
+import operator
+from functools import reduce
+
 from statemachine import State, StateChart
 from statemachine.states import States
+from statemachine.transition_list import TransitionList
 
 from dsh_subagent.core.inbox import MessageState
 from dsh_subagent.core.manager_events import Phase
@@ -34,6 +38,15 @@ def edges(chart: type[StateChart[object]]) -> frozenset[Edge]:
         for transition in state.transitions
         for event in transition.events
     )
+
+
+def _self_loops(*states: State) -> TransitionList:
+    """A fresh ``state.to.itself()`` for each of ``states``, joined (one event's loops)."""
+    loops: list[TransitionList] = [
+        state.to.itself()  # type: ignore[no-untyped-call]  # untyped in python-statemachine
+        for state in states
+    ]
+    return reduce(operator.or_, loops)
 
 
 class OneShotRunChart(StateChart[object]):
@@ -121,15 +134,17 @@ class ActivationChart(StateChart[object]):
     ChildIdReserved = (
         _.ABSENT.to(_.RESERVED, unless="admission_lost")
         | _.ABSENT.to.itself(cond="admission_lost")
-        | _.RESERVED.to.itself()
-        | _.SNAPSHOTTED.to.itself()
-        | _.PREPARED.to.itself()
-        | _.RESUMING.to.itself()
-        | _.MATERIALIZED.to.itself()
-        | _.RESIDENT.to.itself()
-        | _.DISPOSING.to.itself()
-        | _.FLUSHING.to.itself()
-        | _.RELEASING.to.itself()
+        | _self_loops(
+            _.RESERVED,
+            _.SNAPSHOTTED,
+            _.PREPARED,
+            _.RESUMING,
+            _.MATERIALIZED,
+            _.RESIDENT,
+            _.DISPOSING,
+            _.FLUSHING,
+            _.RELEASING,
+        )
     )
     DescriptorSnapshotted = _.RESERVED.to(_.SNAPSHOTTED)
     # After the provider's await, and after materialization, admission is checked again: a
@@ -156,44 +171,15 @@ class ActivationChart(StateChart[object]):
         | _.MATERIALIZED.to(_.DISPOSING)
     )
     # Routing never changes the phase: enqueue, wake, cold-resume or wait for release.
-    FollowupRequested = (
-        _.ABSENT.to.itself()
-        | _.MATERIALIZED.to.itself()
-        | _.RESIDENT.to.itself()
-        | _.DISPOSING.to.itself()
-        | _.FLUSHING.to.itself()
-        | _.RELEASING.to.itself()
+    FollowupRequested = _self_loops(
+        _.ABSENT, _.MATERIALIZED, _.RESIDENT, _.DISPOSING, _.FLUSHING, _.RELEASING
     )
     MessageAccepted = _.MATERIALIZED.to(_.RESIDENT) | _.RESIDENT.to.itself()
     MessageSendFailed = _.MATERIALIZED.to.itself() | _.RESIDENT.to.itself()
-    MessageClaimed = (
-        _.MATERIALIZED.to.itself()
-        | _.RESIDENT.to.itself()
-        | _.DISPOSING.to.itself()
-        | _.FLUSHING.to.itself()
-        | _.RELEASING.to.itself()
-    )
-    MessageDiscarded = (
-        _.MATERIALIZED.to.itself()
-        | _.RESIDENT.to.itself()
-        | _.DISPOSING.to.itself()
-        | _.FLUSHING.to.itself()
-        | _.RELEASING.to.itself()
-    )
-    AgentBecameIdle = (
-        _.MATERIALIZED.to.itself()
-        | _.RESIDENT.to.itself()
-        | _.DISPOSING.to.itself()
-        | _.FLUSHING.to.itself()
-        | _.RELEASING.to.itself()
-    )
-    AgentBecameBusy = (
-        _.MATERIALIZED.to.itself()
-        | _.RESIDENT.to.itself()
-        | _.DISPOSING.to.itself()
-        | _.FLUSHING.to.itself()
-        | _.RELEASING.to.itself()
-    )
+    MessageClaimed = _self_loops(_.MATERIALIZED, _.RESIDENT, _.DISPOSING, _.FLUSHING, _.RELEASING)
+    MessageDiscarded = _self_loops(_.MATERIALIZED, _.RESIDENT, _.DISPOSING, _.FLUSHING, _.RELEASING)
+    AgentBecameIdle = _self_loops(_.MATERIALIZED, _.RESIDENT, _.DISPOSING, _.FLUSHING, _.RELEASING)
+    AgentBecameBusy = _self_loops(_.MATERIALIZED, _.RESIDENT, _.DISPOSING, _.FLUSHING, _.RELEASING)
     # State-triggered edges, taken inside another event: settlement opens disposal in the same
     # step (RES-6); drain or a parent's disposal opens it top-down (TEAR-2 step 4); a node
     # flushes once every owned child is released (child-first, TEAR-3).
