@@ -248,7 +248,8 @@ class Latch:
 
 
 class GatedPersistence(InMemoryPersistence):
-    """In-memory persistence whose ``load`` (used by resume) waits at a latch."""
+    """In-memory persistence whose resume read waits at a latch: ``load``, or the
+    ``revision`` check that lets a resume reuse the record it has just inspected."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -258,6 +259,11 @@ class GatedPersistence(InMemoryPersistence):
         if self.load_latch is not None:
             await self.load_latch.hold()
         return await super().load(session_id)
+
+    async def revision(self, session_id: SessionId) -> int | None:
+        if self.load_latch is not None:
+            await self.load_latch.hold()
+        return await super().revision(session_id)
 
 
 def notices(agent: ReferenceAgent) -> list[UserMessage]:

@@ -730,6 +730,8 @@ async def corrupt_field(path: Path, read: str) -> str | None:
         ("UPDATE events SET data = '\"\\ud800\"' WHERE seq = 1", "events[1].data"),
         ("UPDATE events SET time = 1e999 WHERE seq = 2", "events[2].time"),
         (f"UPDATE events SET data = '{'[' * 100_000}' WHERE seq = 1", "events[1].data"),
+        ("UPDATE events SET data = '1e400' WHERE seq = 1", "events[1].data"),
+        ("UPDATE events SET data = '{} {}' WHERE seq = 1", "events[1].data"),
         ("DELETE FROM events WHERE seq = 1", "events[1]"),
     ],
 )
@@ -740,6 +742,30 @@ def test_harness_23_damaged_event_row_is_corrupt_naming_the_seq(
     path = sqlite_file(tmp_path, [note(0), note(1), turn_start(2, 1)])
     damage(path, statement)
     assert run(corrupt_field(path, read)) == field
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ('{ "a" : [1, 2.5] }', {"a": [1, 2.5]}),  # spacing another writer may use
+        ('"\\u00e9"', "é"),  # an escape this codec would not write
+        ("-0.0", -0.0),
+    ],
+)
+def test_harness_22_valid_json_from_another_writer_still_decodes(
+    tmp_path: Path, text: str, value: JsonValue
+) -> None:
+    path = sqlite_file(tmp_path, [note(0), note(1)])
+    damage(path, f"UPDATE events SET data = '{text}' WHERE seq = 1")
+
+    async def main() -> JsonValue:
+        store = await SqlitePersistence.open(path, clock=clock)
+        try:
+            return (await store.inspect(SID)).events[1].data
+        finally:
+            await store.close()
+
+    assert run(main()) == value
 
 
 @pytest.mark.parametrize(

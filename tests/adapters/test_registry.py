@@ -295,6 +295,34 @@ def test_harness_17_resume_uses_the_repairing_load_and_continues_turns() -> None
     run(main)
 
 
+@pytest.mark.parametrize(
+    ("events", "stored", "loads"),
+    [
+        ((SessionEvent(TURN_START, 0, 0.0, {"turn": 1}),), 1, 1),  # open tail: repair
+        ((), 1, 1),  # the log grew since it was inspected
+        ((), 0, 0),  # whole and current: the inspected record is reused
+    ],
+)
+def test_harness_17_resume_reuses_an_inspected_record_only_when_whole_and_current(
+    events: tuple[SessionEvent, ...], stored: int, loads: int
+) -> None:
+    class Counting(RepairingPersistence):
+        async def revision(self, session_id: SessionId) -> int:
+            return stored
+
+    async def main() -> None:
+        record = _Record(SessionHeader(SID, created_at=5.0), events)
+        closed = (SessionEvent(TURN_END, len(events), 0.0, {"turn": 1, "reason": "interrupted"}),)
+        persistence = Counting(attrs.evolve(record, events=events + closed if events else ()))
+        world = World(persistence=persistence)
+        options = ResumeOptions(SID, inspected=record)
+        handle = await world.registry.resume(options)
+        assert persistence.loads == loads
+        assert handle.agent.session.header == record.header
+
+    run(main)
+
+
 # ------------------------------------------------------------------ HARNESS-18
 
 

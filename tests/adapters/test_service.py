@@ -18,7 +18,7 @@ from dsh_subagent.adapters.providers.base import (
 )
 from dsh_subagent.adapters.scripted_model import Gate, Gated, reply
 from dsh_subagent.adapters.service import SubagentService
-from dsh_subagent.adapters.session import validate_seed
+from dsh_subagent.adapters.session import adopt_seed
 from dsh_subagent.adapters.signals import AbortController
 from dsh_subagent.core import lifecycle
 from dsh_subagent.core.errors import ErrorCode, SubagentError
@@ -319,7 +319,7 @@ def test_cap_7_prepare_continuable_returns_data_only() -> None:
         )
         assert fresh.seed is None
         assert seeded.seed is not None
-        validate_seed(seeded.seed)  # contiguous from 0, lossless JSON, balanced
+        adopt_seed(seeded.seed)  # contiguous from 0, lossless JSON, balanced
         assert attrs.fields_dict(type(seeded)).keys() == {"seed"}
 
     run(main)

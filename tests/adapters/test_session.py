@@ -12,12 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh_subagent.adapters.session import (
+    FrozenDict,
     LiveSession,
     LogOverride,
     SessionMeta,
     SessionStore,
+    adopt_seed,
     bind_persistence,
-    validate_seed,
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (
@@ -59,6 +60,10 @@ def ev(seq: int, type: str = "note", data: object = None) -> SessionEvent:
 # ------------------------------------------------------------------ HARNESS-20
 
 
+class _Sub(str):
+    """A str subclass: lossless JSON, but not a shape the one-pass freeze decides."""
+
+
 def test_harness_20_append_assigns_seq_and_time_and_freezes_data() -> None:
     session = LiveSession(SessionHeader(SID), clock=ticking())
     source: dict[str, list[JsonValue]] = {"items": [1, {"k": "v"}]}
@@ -88,6 +93,43 @@ def test_harness_20_append_rejects_lossy_json_naming_the_field(data: object, fie
         session.append("", {})
     assert bad_type.value.field == "type"
     assert session.seq == 0
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"k": ["a", "\ud800"]}, "data.k[1]"),  # a lone surrogate in a value
+        ({"é": float("inf")}, "data.é"),  # the general path: a non-ASCII key
+        ({"k": _Sub("x"), "n": [float("nan")]}, "data.n[0]"),  # a str subclass
+        ({"k": {"k": {"k": [float("-inf")]}}}, "data.k.k.k[0]"),
+    ],
+)
+def test_harness_20_one_pass_freeze_names_the_bad_path(data: object, field: str) -> None:
+    session = LiveSession.detached(SID)
+    with pytest.raises(SubagentError) as bad:
+        session.append("note", data)  # type: ignore[arg-type]
+    assert (bad.value.code, bad.value.field) == (ErrorCode.INVALID_ARGUMENT, field)
+    assert session.seq == 0
+
+
+def test_harness_20_frozen_data_is_reused_and_odd_shapes_take_the_general_path() -> None:
+    session = LiveSession.detached(SID)
+    first = session.append("note", {"items": [1, "é", None, True, 2.5], "n": {"m": ()}})
+    again = session.append("note", first.data)
+    assert again.data is first.data  # already frozen: walked, not copied
+    deep: JsonValue = 0
+    for _ in range(200):  # deeper than the fast path goes
+        deep = [deep]
+    odd = session.append("note", {"é": _Sub("x"), "deep": deep})
+    assert odd.data == {"é": "x", "deep": deep}
+    with pytest.raises(TypeError):
+        odd.data["x"] = 1  # type: ignore[index]
+    mixed = session.append("note", FrozenDict({"k": [1]}))  # a frozen shell, mutable inside
+    assert mixed.data == {"k": [1]}
+    with pytest.raises(TypeError):
+        mixed.data["k"].append(2)  # type: ignore[union-attr]
+    reseeded = LiveSession.detached(SessionId("s2"), session.events)
+    assert reseeded.events[0] is session.events[0]
 
 
 def test_harness_20_observers_are_synchronous_and_contained() -> None:
@@ -158,7 +200,7 @@ def test_harness_20_balanced_logs_are_valid_seeds(shape: list[str]) -> None:
     for item in shape:
         types.extend({"turn": BALANCED_TURN, "repaired": REPAIRED_TURN}.get(item, [item]))
     seed = [ev(i, t, {"i": i}) for i, t in enumerate(types)]
-    validate_seed(seed)
+    adopt_seed(seed)
     session = LiveSession.detached(SID, seed)
     assert [e.data for e in session.events[: len(seed)]] == [e.data for e in seed]
 

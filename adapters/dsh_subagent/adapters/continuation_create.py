@@ -45,6 +45,7 @@ from dsh_subagent.adapters.protocols import (
     ApprovalPolicyService,
     SandboxPolicyService,
     SessionPersistence,
+    SessionRecordLike,
 )
 from dsh_subagent.adapters.providers.base import (
     ContinuableCreateRequest,
@@ -287,7 +288,7 @@ class Creator:
         self._engine.dispatch(ColdResumeStarted(self._engine.event_id(), child_id, parent_id))
         async with self._barrier.in_flight(lineage):
             try:
-                await self._resume(child_id, parent, signal, descriptor)
+                await self._resume(child_id, parent, signal, descriptor, record)
                 return self._submit(child_id, content, source, authority, signal)
             except BaseException:
                 await self._roll_back(child_id)
@@ -299,11 +300,16 @@ class Creator:
         parent: Agent | None,
         signal: AbortSignal,
         descriptor: ContinuableDescriptor,
+        inspected: SessionRecordLike,
     ) -> None:
         """Materialize a resume: only the recorded route, no depth, composition again."""
         route = AgentOptions(provider=descriptor.agent_provider, model=descriptor.agent_model)
         options = ResumeOptions(
-            resume_session_id=child_id, agent_options=route, signal=signal, setup=self._setup
+            resume_session_id=child_id,
+            agent_options=route,
+            signal=signal,
+            setup=self._setup,
+            inspected=inspected,
         )
 
         def compose(agent: ReferenceAgent) -> None:

@@ -34,7 +34,7 @@ import builtins
 import json
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, NoReturn, Protocol, TypeAlias
 
 import attrs
@@ -185,15 +185,47 @@ def to_json_text(value: object, field: str) -> str:
     """Encode a lossless JSON value, or raise ``INVALID_ARGUMENT`` naming ``field``."""
     check_json(value, field)
     try:
-        return json.dumps(
-            value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_plain
-        )
+        return _dumps(value)
     except (ValueError, RecursionError) as error:  # an over-long int; nesting too deep
         raise invalid(field, f"not encodable as JSON ({error})") from error
 
 
+# One encoder and one scanner, built once: ``json.dumps``/``loads`` rebuild them per call,
+# which costs more than the work itself on a log of small payloads.
+_ENCODER: Final = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_plain
+)
+_Chunks: TypeAlias = Callable[[object, int], Iterable[str]]
+_make_c_encoder: Callable[..., _Chunks] | None = getattr(json.encoder, "c_make_encoder", None)
+_C_ENCODE: Final = (
+    None
+    if _make_c_encoder is None
+    else _make_c_encoder(
+        None, _plain, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+)
+# The decoder's C scanner, an instance attribute that typeshed does not declare.
+_SCAN: Final[Callable[[str, int], tuple[JsonValue, int]]] = vars(
+    json.JSONDecoder(parse_constant=_refuse_constant)
+)["scan_once"]
+
+
+def _dumps(value: object) -> str:
+    return _ENCODER.encode(value) if _C_ENCODE is None else "".join(_C_ENCODE(value, 0))
+
+
 def from_json_text(text: str, session_id: str, field: str) -> JsonValue:
-    """Decode stored JSON text, or raise ``CORRUPT_SESSION`` naming ``field``."""
+    """Decode stored JSON text, or raise ``CORRUPT_SESSION`` naming ``field``.
+
+    Text this codec wrote re-encodes to itself, which proves it lossless at C speed; any
+    other text (duplicate keys, escapes, spacing, damage) takes the strict per-value path.
+    """
+    try:
+        fast, end = _SCAN(text, 0)
+        if end == len(text) and _dumps(fast) == text:
+            return fast
+    except (ValueError, RecursionError, StopIteration):
+        pass  # reported with its reason by the strict path
     try:
         value: JsonValue = json.loads(
             text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys

@@ -30,7 +30,13 @@ from typing import Protocol
 import attrs
 
 from dsh_subagent.adapters.agent_loop import ReferenceAgent
-from dsh_subagent.adapters.protocols import CancelCause, SessionPersistence, SessionStartSource
+from dsh_subagent.adapters.persistence import open_turn
+from dsh_subagent.adapters.protocols import (
+    CancelCause,
+    SessionPersistence,
+    SessionRecordLike,
+    SessionStartSource,
+)
 from dsh_subagent.adapters.session import LiveSession, SessionMeta, SessionStore
 from dsh_subagent.adapters.signals import (
     AbortController,
@@ -78,6 +84,9 @@ class ResumeOptions:
     agent_options: AgentOptions | None = None
     signal: AbortSignal | None = attrs.field(default=None, eq=False)
     setup: AgentSetup | None = attrs.field(default=None, eq=False)
+    #: A record the caller has just read with ``inspect``: reused instead of a second read
+    #: when it needs no repair and the stored log still has its length (it only grows).
+    inspected: SessionRecordLike | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -89,6 +98,20 @@ class SessionStart:
 
 
 DISPOSED: CancelCause = CancelCause(CancelKind.DISPOSED)
+
+
+async def _load(
+    persistence: SessionPersistence, session_id: SessionId, inspected: SessionRecordLike | None
+) -> SessionRecordLike:
+    """The repairing load, skipped when ``inspected`` is whole and still current."""
+    if (
+        inspected is not None
+        and inspected.header.id == session_id
+        and open_turn(session_id, inspected.events) is None
+        and await persistence.revision(session_id) == len(inspected.events)
+    ):
+        return inspected
+    return await persistence.load(session_id)
 
 
 class AgentHandle:
@@ -185,7 +208,9 @@ class AgentRegistry:
             )
         signal, detach = any_signal(options.signal, self._teardown.signal)
         try:
-            record = await race_abort(self.persistence.load(SessionId(session_id)), signal)
+            record = await race_abort(
+                _load(self.persistence, SessionId(session_id), options.inspected), signal
+            )
         finally:
             detach()
         session = self.store.restore(record.header, record.events)

@@ -3,14 +3,15 @@
 Theory of operation
 -------------------
 1. A ``LiveSession`` has an immutable header and an append-only log; ``seq`` is the log
-   length. ``append(type, data)`` validates lossless JSON (naming the field) before any change,
-   assigns ``seq`` and ``time`` (from an injected clock), deep-freezes the data and notifies
-   observers synchronously, each one contained (HARNESS-20). Appends do not nest: an observer
-   that appends raises ``ILLEGAL_TRANSITION``.
-2. A seed is validated (contiguous seqs from 0, lossless JSON, balanced: steps only inside
-   turns, no open turn at the end; a ``turn/end`` also closes an open step, as a repairing
-   load may write) and adopted; a seeded session then appends ``session/end-seed`` unless the
-   seed already ends with one (HARNESS-20). ``LiveSession.detached`` builds one for staging.
+   length. ``append(type, data)`` validates lossless JSON (naming the field) and deep-freezes
+   the data in one pass (``freeze_checked``) before any change, assigns ``seq`` and ``time``
+   (from an injected clock) and notifies observers synchronously, each one contained
+   (HARNESS-20). Appends do not nest: an observer that appends raises ``ILLEGAL_TRANSITION``.
+2. ``adopt_seed`` validates a seed (contiguous seqs from 0, lossless JSON, balanced: steps
+   only inside turns, no open turn at the end; a ``turn/end`` also closes an open step, as a
+   repairing load may write) and freezes its data; data already frozen is walked, not copied.
+   A seeded session then appends ``session/end-seed`` unless the seed already ends with one
+   (HARNESS-20). ``LiveSession.detached`` builds one for staging.
 3. ``SessionStore.prepare`` builds a session without entering it, filling the header
    (HARNESS-19/21); ``enter`` is the collision point; ``announce`` emits ``session/created``
    (vetoable); ``leave`` emits ``session/disposed`` for announced entries, contained.
@@ -25,6 +26,8 @@ Theory of operation
 from __future__ import annotations
 
 import asyncio
+import math
+import operator
 import posixpath
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -50,6 +53,7 @@ from dsh_subagent.core.values import (
 )
 
 Clock = Callable[[], float]
+_CHECKED_TYPES: set[str] = set()  # event types already accepted by ``require_str``
 Observer = Callable[["LiveSession", SessionEvent], object]
 FlushListener = Callable[["LiveSession"], Awaitable[None] | None]
 
@@ -89,6 +93,56 @@ def freeze_json(value: JsonValue) -> JsonValue:
     return value
 
 
+class _Unusual(Exception):
+    """Raised inside the fast path for anything it does not decide itself."""
+
+
+_FAST_DEPTH: Final = 64
+
+
+def _fast_frozen(value: object, depth: int) -> JsonValue:
+    # Exact-type dispatch over the common shapes in one pass. An already-frozen container
+    # whose members all come back unchanged is returned as is (no copy).
+    if type(value) is str:
+        if not value.isascii():
+            value.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError
+        return value
+    if value is None or type(value) is int or type(value) is bool:
+        return value
+    if type(value) is float and math.isfinite(value):
+        return value
+    if depth > _FAST_DEPTH:
+        raise _Unusual
+    if type(value) is dict or type(value) is FrozenDict:
+        copied: dict[str, JsonValue] = {}
+        same = type(value) is FrozenDict
+        for key, sub in value.items():
+            if type(key) is not str or not key.isascii():
+                raise _Unusual
+            frozen = copied[key] = _fast_frozen(sub, depth + 1)
+            same = same and frozen is sub
+        return value if same else FrozenDict(copied)
+    if type(value) is list or type(value) is tuple or type(value) is FrozenList:
+        members = [_fast_frozen(sub, depth + 1) for sub in value]
+        if type(value) is FrozenList and all(map(operator.is_, members, value)):
+            return value
+        return FrozenList(members)
+    raise _Unusual
+
+
+def freeze_checked(value: object, field: str) -> JsonValue:
+    """Validate lossless JSON (``INVALID_ARGUMENT`` naming the path) and deep-freeze it.
+
+    One pass over the common shapes; anything else (subclasses, non-ASCII keys, deep
+    nesting, an invalid value) takes the general path: ``check_json``, then ``freeze_json``.
+    """
+    try:
+        return _fast_frozen(value, 0)
+    except (_Unusual, UnicodeEncodeError):
+        check_json(value, field)
+        return freeze_json(value)  # type: ignore[arg-type]
+
+
 @attrs.frozen
 class SessionMeta:
     """Optional header fields given to ``SessionStore.prepare`` (HARNESS-21)."""
@@ -102,8 +156,10 @@ class SessionMeta:
     created_at: float | None = None
 
 
-def validate_seed(seed: Sequence[SessionEvent], field: str = "seed") -> None:
-    """Raise ``INVALID_ARGUMENT`` unless ``seed`` is contiguous from 0, JSON and balanced."""
+def adopt_seed(seed: Sequence[SessionEvent], field: str = "seed") -> list[SessionEvent]:
+    """The seed with deep-frozen data, or ``INVALID_ARGUMENT`` unless it is contiguous from 0,
+    lossless JSON and balanced. Events whose data is already frozen are kept as they are."""
+    adopted: list[SessionEvent] = []
     open_turn = open_step = False
     for index, event in enumerate(seed):
         where = f"{field}[{index}]"
@@ -113,7 +169,9 @@ def validate_seed(seed: Sequence[SessionEvent], field: str = "seed") -> None:
         if require_int(event.seq, f"{where}.seq") != index:
             raise invalid(f"{where}.seq", f"expected {index}, got {event.seq}; seqs are contiguous")
         check_json(event.time, f"{where}.time")
-        check_json(event.data, f"{where}.data")
+        data = freeze_checked(event.data, f"{where}.data")
+        same = data is event.data
+        adopted.append(event if same else SessionEvent(event.type, event.seq, event.time, data))
         if event.type == TURN_START:
             if open_turn:
                 raise invalid(where, "turn/start inside an open turn")
@@ -132,6 +190,7 @@ def validate_seed(seed: Sequence[SessionEvent], field: str = "seed") -> None:
             open_step = False
     if open_turn:
         raise invalid(field, "seed ends inside an open turn")
+    return adopted
 
 
 class LiveSession:
@@ -144,13 +203,9 @@ class LiveSession:
         *,
         clock: Clock = epoch_ms,
     ) -> None:
-        if seed is not None:
-            validate_seed(seed)
+        self._log: list[SessionEvent] = [] if seed is None else adopt_seed(seed)
         self._header = header
         self._clock = clock
-        self._log: list[SessionEvent] = [
-            attrs.evolve(event, data=freeze_json(event.data)) for event in seed or ()
-        ]
         self._snapshot: tuple[SessionEvent, ...] | None = None
         self._observers: Emitter[SessionEvent] = Emitter("session/event")
         self._appending = False
@@ -194,13 +249,14 @@ class LiveSession:
 
     def append(self, type: str, data: JsonValue) -> SessionEvent:
         """Validate, record and publish one event; returns it (HARNESS-20)."""
-        require_str(type, "type", non_empty=True)
-        check_json(data, "data")
+        if type not in _CHECKED_TYPES:
+            require_str(type, "type", non_empty=True)
+            if len(_CHECKED_TYPES) < 256:
+                _CHECKED_TYPES.add(type)
+        frozen = freeze_checked(data, "data")
         if self._appending:
             raise SubagentError(ErrorCode.ILLEGAL_TRANSITION, "session appends cannot nest")
-        event = SessionEvent(
-            type=type, seq=len(self._log), time=self._clock(), data=freeze_json(data)
-        )
+        event = SessionEvent(type=type, seq=len(self._log), time=self._clock(), data=frozen)
         self._appending = True
         try:
             self._log.append(event)

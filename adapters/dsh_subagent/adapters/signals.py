@@ -145,22 +145,26 @@ def any_signal(*signals: AbortSignal | None) -> tuple[AbortSignal, Unsubscribe]:
 
 async def race_abort(operation: Awaitable[T], signal: AbortSignal | None) -> T:
     """Await ``operation`` unless ``signal`` aborts first; then cancel it and raise the reason."""
-    task = asyncio.ensure_future(operation)
     if signal is None:
-        return await task
+        return await operation
+    task = asyncio.ensure_future(operation)
     if signal.aborted:
         task.cancel()
         signal.throw_if_aborted()
-    aborted = asyncio.get_running_loop().create_future()
+    # One waiter, woken by whichever comes first: the operation finishing or the abort.
+    waiter = asyncio.get_running_loop().create_future()
 
-    def on_abort(_reason: object) -> None:
-        aborted.set_result(None)  # listeners fire once, and this one is removed below
+    def wake(_: object) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
 
-    remove = signal.add_listener(on_abort)
+    task.add_done_callback(wake)
+    remove = signal.add_listener(wake)
     try:
-        await asyncio.wait((task, aborted), return_when=asyncio.FIRST_COMPLETED)
+        await waiter
     finally:
         remove()
+        task.remove_done_callback(wake)
         if not task.done():
             task.cancel()
     if task.done() and not task.cancelled():
