@@ -406,6 +406,37 @@ def test_harness_23_bind_persistence_writes_only_the_unpersisted_suffix() -> Non
     run(main)
 
 
+def test_harness_23_a_session_restored_from_the_bound_persistence_flushes_without_asking() -> None:
+    async def main() -> None:
+        store, persistence = SessionStore(), FakePersistence()
+        bind_persistence(store, persistence)
+        session = store.prepare(SID)
+        store.enter(session)
+        session.append("a", None)
+        await store.flush(session)
+        store.leave(session)
+        asked: list[SessionId] = []
+        counted = persistence.revision
+
+        async def revision(session_id: SessionId) -> int | None:
+            asked.append(session_id)
+            return await counted(session_id)
+
+        persistence.revision = revision  # type: ignore[method-assign]
+        stored = persistence.rows[SID].events
+        restored = store.restore(session.header, stored, source=persistence)
+        store.enter(restored)
+        await store.flush(restored)
+        assert (asked, persistence.rows[SID].events) == ([], restored.events)
+        store.leave(restored)
+        other = store.restore(session.header, stored, source=FakePersistence())
+        store.enter(other)
+        await store.flush(other)  # another persistence's length is not trusted
+        assert asked == [SID]
+
+    run(main)
+
+
 # ------------------------------------------------------------------ HARNESS-27
 
 

@@ -213,7 +213,7 @@ class AgentRegistry:
             )
         finally:
             detach()
-        session = self.store.restore(record.header, record.events)
+        session = self.store.restore(record.header, record.events, source=self.persistence)
         return await self._setup_and_publish(
             session, options.agent_options, options.setup, options.signal, SessionStartSource.RESUME
         )

@@ -93,6 +93,9 @@ def freeze_json(value: JsonValue) -> JsonValue:
     return value
 
 
+_EMPTY: Final = FrozenDict()
+
+
 class _Unusual(Exception):
     """Raised inside the fast path for anything it does not decide itself."""
 
@@ -114,11 +117,16 @@ def _fast_frozen(value: object, depth: int) -> JsonValue:
     if depth > _FAST_DEPTH:
         raise _Unusual
     if type(value) is dict or type(value) is FrozenDict:
+        if not value:
+            return _EMPTY  # immutable, so one instance serves every empty payload
         copied: dict[str, JsonValue] = {}
         same = type(value) is FrozenDict
         for key, sub in value.items():
             if type(key) is not str or not key.isascii():
                 raise _Unusual
+            if type(sub) is str and sub.isascii():  # the commonest member, decided inline
+                copied[key] = sub
+                continue
             frozen = copied[key] = _fast_frozen(sub, depth + 1)
             same = same and frozen is sub
         return value if same else FrozenDict(copied)
@@ -139,8 +147,12 @@ def freeze_checked(value: object, field: str) -> JsonValue:
     try:
         return _fast_frozen(value, 0)
     except (_Unusual, UnicodeEncodeError):
-        check_json(value, field)
-        return freeze_json(value)  # type: ignore[arg-type]
+        return _checked_then_frozen(value, field)
+
+
+def _checked_then_frozen(value: object, field: str) -> JsonValue:
+    check_json(value, field)
+    return freeze_json(value)  # type: ignore[arg-type]  # check_json proved it JSON
 
 
 @attrs.frozen
@@ -156,37 +168,60 @@ class SessionMeta:
     created_at: float | None = None
 
 
+def _check_seed_event(event: object, index: int, where: str) -> None:
+    """The per-event checks of ``adopt_seed``, each naming its field."""
+    if not isinstance(event, SessionEvent):
+        raise invalid(where, "not a SessionEvent")
+    _check_type(event.type, f"{where}.type")
+    if require_int(event.seq, f"{where}.seq") != index:
+        raise invalid(f"{where}.seq", f"expected {index}, got {event.seq}; seqs are contiguous")
+    check_json(event.time, f"{where}.time")
+
+
+def _check_type(type: object, field: str) -> None:
+    if type not in _CHECKED_TYPES:
+        require_str(type, field, non_empty=True)
+        if len(_CHECKED_TYPES) < 256:
+            _CHECKED_TYPES.add(type)  # type: ignore[arg-type]  # require_str proved it a str
+
+
 def adopt_seed(seed: Sequence[SessionEvent], field: str = "seed") -> list[SessionEvent]:
     """The seed with deep-frozen data, or ``INVALID_ARGUMENT`` unless it is contiguous from 0,
     lossless JSON and balanced. Events whose data is already frozen are kept as they are."""
     adopted: list[SessionEvent] = []
     open_turn = open_step = False
     for index, event in enumerate(seed):
-        where = f"{field}[{index}]"
-        if not isinstance(event, SessionEvent):
-            raise invalid(where, "not a SessionEvent")
-        require_str(event.type, f"{where}.type", non_empty=True)
-        if require_int(event.seq, f"{where}.seq") != index:
-            raise invalid(f"{where}.seq", f"expected {index}, got {event.seq}; seqs are contiguous")
-        check_json(event.time, f"{where}.time")
-        data = freeze_checked(event.data, f"{where}.data")
+        if not (
+            type(event) is SessionEvent
+            and event.type in _CHECKED_TYPES
+            and type(event.seq) is int
+            and event.seq == index
+            and type(event.time) is float
+            and math.isfinite(event.time)
+        ):
+            _check_seed_event(event, index, f"{field}[{index}]")
+        try:
+            data = _fast_frozen(event.data, 0)
+        except (_Unusual, UnicodeEncodeError):
+            data = _checked_then_frozen(event.data, f"{field}[{index}].data")
         same = data is event.data
         adopted.append(event if same else SessionEvent(event.type, event.seq, event.time, data))
-        if event.type == TURN_START:
+        kind = event.type
+        if kind == TURN_START:
             if open_turn:
-                raise invalid(where, "turn/start inside an open turn")
+                raise invalid(f"{field}[{index}]", "turn/start inside an open turn")
             open_turn = True
-        elif event.type == TURN_END:
+        elif kind == TURN_END:
             if not open_turn:
-                raise invalid(where, "turn/end without an open turn")
+                raise invalid(f"{field}[{index}]", "turn/end without an open turn")
             open_turn = open_step = False  # a repaired tail may close its turn mid-step
-        elif event.type == STEP_START:
+        elif kind == STEP_START:
             if not open_turn or open_step:
-                raise invalid(where, "step/start outside a turn or inside a step")
+                raise invalid(f"{field}[{index}]", "step/start outside a turn or inside a step")
             open_step = True
-        elif event.type == STEP_END:
+        elif kind == STEP_END:
             if not open_step:
-                raise invalid(where, "step/end without an open step")
+                raise invalid(f"{field}[{index}]", "step/end without an open step")
             open_step = False
     if open_turn:
         raise invalid(field, "seed ends inside an open turn")
@@ -210,6 +245,8 @@ class LiveSession:
         self._observers: Emitter[SessionEvent] = Emitter("session/event")
         self._appending = False
         self.first_live_seq: Final = len(self._log)
+        #: The persistence this session was restored from, and its stored log length then.
+        self.restored_from: tuple[SessionPersistence, int] | None = None
         if seed is not None and (not self._log or self._log[-1].type != END_SEED):
             self.append(END_SEED, {})
 
@@ -249,10 +286,7 @@ class LiveSession:
 
     def append(self, type: str, data: JsonValue) -> SessionEvent:
         """Validate, record and publish one event; returns it (HARNESS-20)."""
-        if type not in _CHECKED_TYPES:
-            require_str(type, "type", non_empty=True)
-            if len(_CHECKED_TYPES) < 256:
-                _CHECKED_TYPES.add(type)
+        _check_type(type, "type")
         frozen = freeze_checked(data, "data")
         if self._appending:
             raise SubagentError(ErrorCode.ILLEGAL_TRANSITION, "session appends cannot nest")
@@ -329,13 +363,26 @@ class SessionStore:
         )
         return LiveSession(header, seed, clock=self._clock)
 
-    def restore(self, header: SessionHeader, events: Sequence[SessionEvent]) -> LiveSession:
-        """Build a session (not entered) from a stored header and log, header kept exactly."""
+    def restore(
+        self,
+        header: SessionHeader,
+        events: Sequence[SessionEvent],
+        *,
+        source: SessionPersistence | None = None,
+    ) -> LiveSession:
+        """Build a session (not entered) from a stored header and log, header kept exactly.
+
+        ``source`` is the persistence ``events`` were just read from, whole: a flush to that
+        same persistence then knows the stored length without asking.
+        """
         if not isinstance(header, SessionHeader):
             raise invalid("header", "must be a SessionHeader")
         if header.id in self._entries:
             raise invalid("session_id", f"session {header.id!r} is already live")
-        return LiveSession(header, events, clock=self._clock)
+        session = LiveSession(header, events, clock=self._clock)
+        if source is not None:
+            session.restored_from = (source, len(events))
+        return session
 
     def enter(self, session: LiveSession) -> None:
         """Make ``session`` live; the authoritative same-id collision point (HARNESS-14)."""
@@ -427,8 +474,11 @@ def bind_persistence(store: SessionStore, persistence: SessionPersistence) -> Un
     async def write(session: LiveSession) -> None:
         async with locks.setdefault(session.id, asyncio.Lock()):
             known = persisted.get(session.id)
+            restored = session.restored_from
             if known is not None and known[0] is session:
                 count = known[1]
+            elif restored is not None and restored[0] is persistence:
+                count = restored[1]
             else:
                 count = await _stored_length(persistence, session)
             events = session.events
