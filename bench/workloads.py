@@ -219,15 +219,14 @@ def tree_levels(size: int, depth: int = TREE_DEPTH) -> list[int]:
     return [*upper, size - sum(upper)]
 
 
-async def w4(size: int) -> JsonDict:
-    """Build a live tree of ``size`` held continuable children, then time the drain (rule 5)."""
+async def held_tree(size: int) -> World:
+    """A world holding a live depth-4 tree of ``size`` continuable children, all mid-step."""
     model = BenchModel()
     model.hold_until_aborted = True
     model.hold_target = size
     world = World(model, InMemoryPersistence())
     parents = [await world.root("host")]
     serial = iter(range(size))
-    built = time.perf_counter()
     for level_size in tree_levels(size):
         level = []
         for index in range(level_size):
@@ -236,6 +235,13 @@ async def w4(size: int) -> JsonDict:
             level.append(world.live(child_id))
         parents = level
     await model.all_held.wait()
+    return world
+
+
+async def w4(size: int) -> JsonDict:
+    """Build a live tree of ``size`` held continuable children, then time the drain (rule 5)."""
+    built = time.perf_counter()
+    world = await held_tree(size)
     build_s = time.perf_counter() - built
     gc.collect()
     cpu0, wall0 = time.process_time_ns(), time.perf_counter_ns()

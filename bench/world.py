@@ -113,11 +113,13 @@ class Barrier:
         self.arrived = 0
         self.released = asyncio.Event()
         self.rss_at_release = 0
+        self.on_release: Callable[[], object] = lambda: None  # e.g. a memory snapshot
 
     async def arrive(self) -> None:
         self.arrived += 1
         if self.arrived >= self.expected:
             self.rss_at_release = rss_bytes()
+            self.on_release()
             self.released.set()
         await self.released.wait()
 

@@ -174,3 +174,24 @@ def test_quick_run_of_ours_alone_writes_the_issue_shape_with_the_peers_absent(
     assert all(set(by_system) == {"ours"} for by_system in latest["workloads"].values())
     assert "asyncio_floor absent: not requested (--no-peers)" in capsys.readouterr().out
     assert len((tmp_path / "quick-raw.jsonl.tmp").read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("workload", "size", "heading"),
+    [
+        ("W1", "5", "top functions by own time"),
+        ("W2", "5", "KiB allocated per in-flight child"),
+        ("W3", "2", "own time per module"),
+        ("W4", "12", "top functions by own time"),
+    ],
+)
+def test_profile_reports_the_top_entries_of_each_workload(
+    workload: str, size: str, heading: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import profile
+
+    argv = ["bench.profile", workload, "--size", size, "--top", "3"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", argv)
+        profile.main()
+    assert heading in capsys.readouterr().out
