@@ -214,7 +214,10 @@ def test_harness_22_events_round_trip(opener: Opener) -> None:
         store = await opener()
         await store.create(HEADER, events[:1])
         await store.append(SID, events[1:])
-        assert await store.inspect(SID) == SessionRecord(HEADER, tuple(events))
+        record = await store.inspect(SID)
+        assert record == SessionRecord(HEADER, tuple(events))
+        with pytest.raises(TypeError):  # read back deep-frozen, ready to seed a live session
+            record.events[2].data.append(1)  # type: ignore[union-attr]
         await store.close()
 
     run(body())

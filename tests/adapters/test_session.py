@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dsh_subagent.adapters.frozen_json import FrozenDict
 from dsh_subagent.adapters.session import (
-    FrozenDict,
     LiveSession,
     LogOverride,
     SessionMeta,

@@ -39,6 +39,7 @@ from typing import Final, NoReturn, Protocol, TypeAlias
 
 import attrs
 
+from dsh_subagent.adapters.frozen_json import freeze_checked, is_certified
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import check_json, require_int, require_str
 from dsh_subagent.core.values import (
@@ -183,7 +184,8 @@ def _plain(value: object) -> object:
 
 def to_json_text(value: object, field: str) -> str:
     """Encode a lossless JSON value, or raise ``INVALID_ARGUMENT`` naming ``field``."""
-    check_json(value, field)
+    if not is_certified(value):  # a frozen session payload was checked when it was frozen
+        check_json(value, field)
     try:
         return _dumps(value)
     except (ValueError, RecursionError) as error:  # an over-long int; nesting too deep
@@ -380,9 +382,10 @@ def decode_events(session_id: str, rows: Sequence[EventRow]) -> tuple[SessionEve
             raise corrupt(session_id, f"events[{index}]", f"seq {index} missing (found {seq})")
         if not math.isfinite(moment):
             raise corrupt(session_id, f"events[{seq}].time", f"{moment!r} is not finite")
-        events.append(
-            SessionEvent(kind, seq, moment, from_json_text(data, session_id, f"events[{seq}].data"))
-        )
+        field = f"events[{seq}].data"
+        # Frozen here, once: a live session adopting these events then has nothing to copy.
+        value = freeze_checked(from_json_text(data, session_id, field), field)
+        events.append(SessionEvent(kind, seq, moment, value))
     return tuple(events)
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import operator
 import posixpath
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -35,6 +34,7 @@ from typing import Final
 
 import attrs
 
+from dsh_subagent.adapters.frozen_json import freeze_checked, is_certified
 from dsh_subagent.adapters.protocols import Session, SessionPersistence
 from dsh_subagent.adapters.signals import Emitter, Unsubscribe
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
@@ -61,98 +61,6 @@ FlushListener = Callable[["LiveSession"], Awaitable[None] | None]
 def epoch_ms() -> float:
     """Wall-clock milliseconds since the epoch (the default clock)."""
     return float(time.time_ns() // 1_000_000)
-
-
-class FrozenList(list[JsonValue]):
-    """A list that refuses mutation; equal to the plain list it copies."""
-
-    def _refuse(self, *_args: object, **_kwargs: object) -> None:
-        raise TypeError("session event data is immutable")
-
-    append = extend = insert = remove = clear = sort = reverse = _refuse
-    __setitem__ = __delitem__ = __iadd__ = _refuse  # type: ignore[assignment]
-    pop = _refuse
-
-
-class FrozenDict(dict[str, JsonValue]):
-    """A dict that refuses mutation; equal to the plain dict it copies."""
-
-    def _refuse(self, *_args: object, **_kwargs: object) -> None:
-        raise TypeError("session event data is immutable")
-
-    __setitem__ = __delitem__ = clear = update = setdefault = _refuse
-    pop = popitem = __ior__ = _refuse  # type: ignore[assignment]
-
-
-def freeze_json(value: JsonValue) -> JsonValue:
-    """A detached, deeply immutable copy of a (validated) JSON value."""
-    if isinstance(value, Mapping):
-        return FrozenDict({k: freeze_json(v) for k, v in value.items()})
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return FrozenList(freeze_json(v) for v in value)
-    return value
-
-
-_EMPTY: Final = FrozenDict()
-
-
-class _Unusual(Exception):
-    """Raised inside the fast path for anything it does not decide itself."""
-
-
-_FAST_DEPTH: Final = 64
-
-
-def _fast_frozen(value: object, depth: int) -> JsonValue:
-    # Exact-type dispatch over the common shapes in one pass. An already-frozen container
-    # whose members all come back unchanged is returned as is (no copy).
-    if type(value) is str:
-        if not value.isascii():
-            value.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError
-        return value
-    if value is None or type(value) is int or type(value) is bool:
-        return value
-    if type(value) is float and math.isfinite(value):
-        return value
-    if depth > _FAST_DEPTH:
-        raise _Unusual
-    if type(value) is dict or type(value) is FrozenDict:
-        if not value:
-            return _EMPTY  # immutable, so one instance serves every empty payload
-        copied: dict[str, JsonValue] = {}
-        same = type(value) is FrozenDict
-        for key, sub in value.items():
-            if type(key) is not str or not key.isascii():
-                raise _Unusual
-            if type(sub) is str and sub.isascii():  # the commonest member, decided inline
-                copied[key] = sub
-                continue
-            frozen = copied[key] = _fast_frozen(sub, depth + 1)
-            same = same and frozen is sub
-        return value if same else FrozenDict(copied)
-    if type(value) is list or type(value) is tuple or type(value) is FrozenList:
-        members = [_fast_frozen(sub, depth + 1) for sub in value]
-        if type(value) is FrozenList and all(map(operator.is_, members, value)):
-            return value
-        return FrozenList(members)
-    raise _Unusual
-
-
-def freeze_checked(value: object, field: str) -> JsonValue:
-    """Validate lossless JSON (``INVALID_ARGUMENT`` naming the path) and deep-freeze it.
-
-    One pass over the common shapes; anything else (subclasses, non-ASCII keys, deep
-    nesting, an invalid value) takes the general path: ``check_json``, then ``freeze_json``.
-    """
-    try:
-        return _fast_frozen(value, 0)
-    except (_Unusual, UnicodeEncodeError):
-        return _checked_then_frozen(value, field)
-
-
-def _checked_then_frozen(value: object, field: str) -> JsonValue:
-    check_json(value, field)
-    return freeze_json(value)  # type: ignore[arg-type]  # check_json proved it JSON
 
 
 @attrs.frozen
@@ -200,12 +108,11 @@ def adopt_seed(seed: Sequence[SessionEvent], field: str = "seed") -> list[Sessio
             and math.isfinite(event.time)
         ):
             _check_seed_event(event, index, f"{field}[{index}]")
-        try:
-            data = _fast_frozen(event.data, 0)
-        except (_Unusual, UnicodeEncodeError):
-            data = _checked_then_frozen(event.data, f"{field}[{index}].data")
-        same = data is event.data
-        adopted.append(event if same else SessionEvent(event.type, event.seq, event.time, data))
+        if is_certified(event.data):
+            adopted.append(event)
+        else:
+            data = freeze_checked(event.data, f"{field}[{index}].data")
+            adopted.append(SessionEvent(event.type, event.seq, event.time, data))
         kind = event.type
         if kind == TURN_START:
             if open_turn:

@@ -1,0 +1,128 @@
+"""Deeply immutable JSON values for session event data, validated as they are frozen.
+
+Theory of operation
+-------------------
+1. ``FrozenDict`` and ``FrozenList`` refuse mutation and compare equal to the plain dict and
+   list they copy. Anyone may build one; what is *inside* it is then not vouched for.
+2. ``freeze_checked(value, field)`` validates lossless JSON (``INVALID_ARGUMENT`` naming the
+   path, as ``check_json`` does) and returns a deep-frozen copy, in one pass over the common
+   shapes (exact ``dict``/``list``/``tuple``/``str``/number types, ASCII keys, shallow
+   nesting). Anything else takes the general path: ``check_json``, then ``freeze_json``.
+3. Every container the freezer builds is *certified*: an instance of a private subclass
+   (``_CheckedDict``, ``_CheckedList``) that only this module creates. A certified value was
+   validated and frozen all the way down, so freezing it again returns it as it is, in O(1):
+   a fork seed taken from a parent's log, a re-appended payload or a cached decoded one cost
+   nothing. A hand-built ``FrozenDict`` is walked like any other mapping.
+4. The empty object is one shared certified instance (immutable, so sharing is safe).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from dsh_subagent.core.jsonvalue import check_json
+from dsh_subagent.core.values import JsonValue
+
+
+class FrozenList(list[JsonValue]):
+    """A list that refuses mutation; equal to the plain list it copies."""
+
+    def _refuse(self, *_args: object, **_kwargs: object) -> None:
+        raise TypeError("session event data is immutable")
+
+    append = extend = insert = remove = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = _refuse  # type: ignore[assignment]
+    pop = _refuse
+
+
+class FrozenDict(dict[str, JsonValue]):
+    """A dict that refuses mutation; equal to the plain dict it copies."""
+
+    def _refuse(self, *_args: object, **_kwargs: object) -> None:
+        raise TypeError("session event data is immutable")
+
+    __setitem__ = __delitem__ = clear = update = setdefault = _refuse
+    pop = popitem = __ior__ = _refuse  # type: ignore[assignment]
+
+
+class _CheckedList(FrozenList):
+    """A ``FrozenList`` built by this module's freezer: valid and frozen all the way down."""
+
+
+class _CheckedDict(FrozenDict):
+    """A ``FrozenDict`` built by this module's freezer: valid and frozen all the way down."""
+
+
+EMPTY: Final[FrozenDict] = _CheckedDict()
+
+
+def freeze_json(value: JsonValue) -> JsonValue:
+    """A detached, deeply immutable copy of a (validated) JSON value."""
+    if type(value) is _CheckedDict or type(value) is _CheckedList:
+        return value
+    if isinstance(value, Mapping):
+        return _CheckedDict({k: freeze_json(v) for k, v in value.items()})
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return _CheckedList(freeze_json(v) for v in value)
+    return value
+
+
+class _Unusual(Exception):
+    """Raised inside the fast path for anything it does not decide itself."""
+
+
+_FAST_DEPTH: Final = 64
+
+
+def _fast_frozen(value: object, depth: int) -> JsonValue:
+    # Exact-type dispatch over the common shapes in one pass (rule 2).
+    if type(value) is str:
+        if not value.isascii():
+            value.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError
+        return value
+    if value is None or type(value) is int or type(value) is bool:
+        return value
+    if type(value) is float and math.isfinite(value):
+        return value
+    if type(value) is _CheckedDict or type(value) is _CheckedList:
+        return value  # certified (rule 3)
+    if depth > _FAST_DEPTH:
+        raise _Unusual
+    if type(value) is dict or type(value) is FrozenDict:
+        if not value:
+            return EMPTY
+        copied: dict[str, JsonValue] = {}
+        for key, sub in value.items():
+            if type(key) is not str or not key.isascii():
+                raise _Unusual
+            if type(sub) is str and sub.isascii():  # the commonest member, decided inline
+                copied[key] = sub
+            else:
+                copied[key] = _fast_frozen(sub, depth + 1)
+        return _CheckedDict(copied)
+    if type(value) is list or type(value) is tuple or type(value) is FrozenList:
+        return _CheckedList([_fast_frozen(sub, depth + 1) for sub in value])
+    raise _Unusual
+
+
+def freeze_checked(value: object, field: str) -> JsonValue:
+    """Validate lossless JSON (``INVALID_ARGUMENT`` naming the path) and deep-freeze it.
+
+    One pass over the common shapes; anything else (subclasses, non-ASCII keys, deep
+    nesting, an invalid value) takes the general path: ``check_json``, then ``freeze_json``.
+    """
+    try:
+        return _fast_frozen(value, 0)
+    except (_Unusual, UnicodeEncodeError):
+        check_json(value, field)
+        return freeze_json(value)  # type: ignore[arg-type]  # check_json proved it JSON
+
+
+def is_certified(value: object) -> bool:
+    """Whether ``value`` needs no freezing: a scalar, or a container the freezer built."""
+    return type(value) is _CheckedDict or type(value) is _CheckedList or value is None
+
+
+__all__ = ["EMPTY", "FrozenDict", "FrozenList", "freeze_checked", "freeze_json", "is_certified"]
