@@ -14,7 +14,8 @@ Theory of operation
    the final flush and reports ``FlushReported`` (a False or raising flush is a durability
    report, DESIGN decision 1); ``DisposeHandle`` after a flush captures the epoch facts
    (EVT-10, EVT-11) while the child is registered, disposes the handle and reports
-   ``DisposalFinished`` with the failed boundaries (TEAR-5). A ``DisposeHandle`` from a
+   ``DisposalFinished`` with the failed boundaries (TEAR-5); the flush's own task carries
+   that release on, so one task serves a child's whole teardown. A ``DisposeHandle`` from a
    rollback only disposes (TEAR-7). The release future of a child resolves with its combined
    teardown failure (or None) when its end edge is performed.
 4. Notices and reports never stall teardown: a failing notice send is logged and dropped
@@ -346,7 +347,7 @@ class Engine:
         task.add_done_callback(self._tasks.discard)
 
     async def _flush(self, live: LiveChild) -> None:
-        """Quiesce, then the best-effort final flush (TEAR-2 steps 6-7)."""
+        """Quiesce, the best-effort final flush, then the release (TEAR-2 steps 6-9)."""
         agent = live.handle.agent
         try:
             await agent.when_idle()
@@ -362,15 +363,15 @@ class Engine:
                 live.child_id,
                 exc_info=True,
             )
-        self.dispatch(FlushReported(self.event_id(), live.child_id, outcome))
+        effects = self.dispatch(FlushReported(self.event_id(), live.child_id, outcome))
+        if any(isinstance(effect, DisposeHandle) for effect in effects):
+            await self._release(live)  # carried on in this task: no second task per child
 
     def _dispose(self, child_id: SessionId, *, after_flush: bool) -> None:
-        live = self.children[child_id]
         if after_flush:
-            self._spawn(self._release(live))
-        else:
-            del self.children[child_id]
-            live.rollback = asyncio.ensure_future(live.handle.dispose())
+            return  # ``_flush``, which reported the flush, releases in the same task
+        live = self.children.pop(child_id)
+        live.rollback = asyncio.ensure_future(live.handle.dispose())
 
     async def _release(self, live: LiveChild) -> None:
         """Capture the epoch, dispose the handle, report (TEAR-2 steps 8-9, TEAR-5)."""

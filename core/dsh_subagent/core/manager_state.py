@@ -17,7 +17,7 @@ Theory of operation
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, ValuesView
 from typing import Final
 
 import attrs
@@ -104,6 +104,18 @@ class Forest(Mapping[SessionId, PMap[SessionId, bool]]):
 
     def __len__(self) -> int:
         return len(self._records)
+
+    def values(self) -> ValuesView[PMap[SessionId, bool]]:
+        """Each record's owned map, in one walk of the records (no lookup per key)."""
+        return _Owned(self)
+
+
+class _Owned(ValuesView[PMap[SessionId, bool]]):
+    __slots__ = ()
+    _mapping: Forest  # set by ``MappingView.__init__``
+
+    def __iter__(self) -> Iterator[PMap[SessionId, bool]]:
+        return (record.owned for record in self._mapping._records.values())
 
 
 class Step:

@@ -12,11 +12,13 @@ Theory of operation
    leaf becomes that leaf, so the trie never keeps empty or degenerate interior nodes.
 4. The core's machines keep their per-Activation records in a ``PMap`` so that the cost of
    one event does not grow with the number of live Activations.
+5. ``items()`` and ``values()`` are the ``Mapping`` views, except that iterating them walks
+   the leaves once instead of looking every key up again (a full walk stays O(n)).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, Mapping, ValuesView
 from typing import Final, Generic, TypeAlias, TypeVar, cast, overload
 
 K = TypeVar("K")
@@ -63,10 +65,6 @@ def _hash(key: object) -> int:
     return hash(key) & _HASH_MASK
 
 
-def _slot(bitmap: int, bit: int) -> int:
-    return (bitmap & (bit - 1)).bit_count()
-
-
 def _merge(shift: int, a: _Leaf, b: _Leaf) -> _Entry:
     """A node holding two leaves of different hashes that met at ``shift``."""
     bit_a = 1 << ((a.hash >> shift) & _MASK)
@@ -77,30 +75,37 @@ def _merge(shift: int, a: _Leaf, b: _Leaf) -> _Entry:
     return _Branch(bit_a | bit_b, ordered)
 
 
+def _replaced(entries: tuple[_Entry, ...], index: int, entry: _Entry) -> tuple[_Entry, ...]:
+    """``entries`` with the one at ``index`` replaced (one copy, no slicing)."""
+    copy = list(entries)
+    copy[index] = entry
+    return tuple(copy)
+
+
 def _set(node: _Entry, shift: int, leaf: _Leaf) -> tuple[_Entry, bool]:
     """Insert or replace ``leaf`` below ``node``; returns the new node and whether it grew."""
+    if isinstance(node, _Branch):  # the common case first: a path of branches to the leaf
+        bit = 1 << ((leaf.hash >> shift) & _MASK)
+        bitmap = node.bitmap
+        index = (bitmap & (bit - 1)).bit_count()
+        if not bitmap & bit:
+            entries = node.entries
+            return _Branch(bitmap | bit, (*entries[:index], leaf, *entries[index:])), True
+        child, grew = _set(node.entries[index], shift + _BITS, leaf)
+        return _Branch(bitmap, _replaced(node.entries, index, child)), grew
     if isinstance(node, _Leaf):
         if node.key == leaf.key:
             return leaf, False
         if node.hash != leaf.hash:
             return _merge(shift, node, leaf), True
         return _Bucket(node.hash, (node, leaf)), True
-    if isinstance(node, _Bucket):
-        if node.hash != leaf.hash:
-            return _merge_bucket(shift, node, leaf), True
-        for index, old in enumerate(node.leaves):
-            if old.key == leaf.key:
-                leaves = (*node.leaves[:index], leaf, *node.leaves[index + 1 :])
-                return _Bucket(node.hash, leaves), False
-        return _Bucket(node.hash, (*node.leaves, leaf)), True
-    bit = 1 << ((leaf.hash >> shift) & _MASK)
-    index = _slot(node.bitmap, bit)
-    if not node.bitmap & bit:
-        entries = (*node.entries[:index], leaf, *node.entries[index:])
-        return _Branch(node.bitmap | bit, entries), True
-    child, grew = _set(node.entries[index], shift + _BITS, leaf)
-    entries = (*node.entries[:index], child, *node.entries[index + 1 :])
-    return _Branch(node.bitmap, entries), grew
+    if node.hash != leaf.hash:
+        return _merge_bucket(shift, node, leaf), True
+    for index, old in enumerate(node.leaves):
+        if old.key == leaf.key:
+            leaves = (*node.leaves[:index], leaf, *node.leaves[index + 1 :])
+            return _Bucket(node.hash, leaves), False
+    return _Bucket(node.hash, (*node.leaves, leaf)), True
 
 
 def _merge_bucket(shift: int, bucket: _Bucket, leaf: _Leaf) -> _Entry:
@@ -115,41 +120,42 @@ def _merge_bucket(shift: int, bucket: _Bucket, leaf: _Leaf) -> _Entry:
 
 def _remove(node: _Entry, shift: int, h: int, key: object) -> _Entry | None:
     """``node`` without ``key`` (``node`` itself when absent, None when left empty)."""
+    if isinstance(node, _Branch):  # the common case first
+        bit = 1 << ((h >> shift) & _MASK)
+        bitmap = node.bitmap
+        if not bitmap & bit:
+            return node
+        index = (bitmap & (bit - 1)).bit_count()
+        old = node.entries[index]
+        child = _remove(old, shift + _BITS, h, key)
+        if child is old:
+            return node
+        if child is None:
+            entries = node.entries[:index] + node.entries[index + 1 :]
+            bitmap &= ~bit
+        else:
+            entries = _replaced(node.entries, index, child)
+        if not entries:
+            return None
+        if len(entries) == 1 and not isinstance(entries[0], _Branch):
+            return entries[0]
+        return _Branch(bitmap, entries)
     if isinstance(node, _Leaf):
         return None if node.key == key else node
-    if isinstance(node, _Bucket):
-        kept = tuple(leaf for leaf in node.leaves if leaf.key != key)
-        if len(kept) == len(node.leaves):
-            return node
-        return kept[0] if len(kept) == 1 else _Bucket(node.hash, kept)
-    bit = 1 << ((h >> shift) & _MASK)
-    if not node.bitmap & bit:
+    kept = tuple(leaf for leaf in node.leaves if leaf.key != key)
+    if len(kept) == len(node.leaves):
         return node
-    index = _slot(node.bitmap, bit)
-    old = node.entries[index]
-    child = _remove(old, shift + _BITS, h, key)
-    if child is old:
-        return node
-    if child is None:
-        entries = node.entries[:index] + node.entries[index + 1 :]
-        bitmap = node.bitmap & ~bit
-    else:
-        entries = (*node.entries[:index], child, *node.entries[index + 1 :])
-        bitmap = node.bitmap
-    if not entries:
-        return None
-    if len(entries) == 1 and not isinstance(entries[0], _Branch):
-        return entries[0]
-    return _Branch(bitmap, entries)
+    return kept[0] if len(kept) == 1 else _Bucket(node.hash, kept)
 
 
 def _find(node: _Entry, h: int, key: object) -> _Leaf | None:
     shift = 0
     while isinstance(node, _Branch):
         bit = 1 << ((h >> shift) & _MASK)
-        if not node.bitmap & bit:
+        bitmap = node.bitmap
+        if not bitmap & bit:
             return None
-        node = node.entries[_slot(node.bitmap, bit)]
+        node = node.entries[(bitmap & (bit - 1)).bit_count()]
         shift += _BITS
     if isinstance(node, _Leaf):
         return node if node.key == key else None
@@ -199,13 +205,13 @@ class PMap(Mapping[K, V], Generic[K, V]):
         return (cast(K, leaf.key) for leaf in _leaves(self._root))
 
     def __getitem__(self, key: K) -> V:
-        leaf = _find(self._root, _hash(key), key)
+        leaf = _find(self._root, hash(key) & _HASH_MASK, key)
         if leaf is None:
             raise KeyError(key)
         return cast(V, leaf.value)
 
     def __contains__(self, key: object) -> bool:
-        return _find(self._root, _hash(key), key) is not None
+        return _find(self._root, hash(key) & _HASH_MASK, key) is not None
 
     @overload
     def get(self, key: K, /) -> V | None: ...
@@ -214,17 +220,25 @@ class PMap(Mapping[K, V], Generic[K, V]):
     def get(self, key: K, default: V | D, /) -> V | D: ...
 
     def get(self, key: K, default: V | D | None = None, /) -> V | D | None:
-        leaf = _find(self._root, _hash(key), key)
+        leaf = _find(self._root, hash(key) & _HASH_MASK, key)
         return default if leaf is None else cast(V, leaf.value)
+
+    def items(self) -> ItemsView[K, V]:
+        """A view whose iteration walks the leaves once (no lookup per key)."""
+        return _Items(self)
+
+    def values(self) -> ValuesView[V]:
+        """A view whose iteration walks the leaves once (no lookup per key)."""
+        return _Values(self)
 
     def set(self, key: K, value: V) -> PMap[K, V]:
         """A map with ``key`` bound to ``value``."""
-        root, grew = _set(self._root, 0, _Leaf(_hash(key), key, value))
+        root, grew = _set(self._root, 0, _Leaf(hash(key) & _HASH_MASK, key, value))
         return self._make(root, self._len + grew)
 
     def remove(self, key: K) -> PMap[K, V]:
         """A map without ``key``; the same map when ``key`` is absent."""
-        root = _remove(self._root, 0, _hash(key), key)
+        root = _remove(self._root, 0, hash(key) & _HASH_MASK, key)
         if root is self._root:
             return self
         return self._make(_EMPTY if root is None else root, self._len - 1)
@@ -245,3 +259,20 @@ def _rebucket(bucket: _Bucket) -> _Entry:
     for leaf in bucket.leaves:
         root = _set(root, 0, leaf)[0]
     return root
+
+
+class _Items(ItemsView[K, V]):
+    __slots__ = ()
+    _mapping: PMap[K, V]  # set by ``MappingView.__init__``
+
+    def __iter__(self) -> Iterator[tuple[K, V]]:
+        leaves = _leaves(self._mapping._root)
+        return ((cast(K, leaf.key), cast(V, leaf.value)) for leaf in leaves)
+
+
+class _Values(ValuesView[V]):
+    __slots__ = ()
+    _mapping: PMap[object, V]  # set by ``MappingView.__init__``
+
+    def __iter__(self) -> Iterator[V]:
+        return (cast(V, leaf.value) for leaf in _leaves(self._mapping._root))

@@ -44,22 +44,23 @@ def plan_teardown(
     release: list[SessionId] = []
     seen: set[SessionId] = set()
     for root in roots:
-        if root in seen or root not in forest:
+        owned = None if root in seen else forest.get(root)
+        if owned is None:
             continue
         seen.add(root)
         cancel.append(root)
         # Each frame is a node and the iterator over its remaining children.
-        stack = [(root, iter(forest[root]))]
+        stack = [(root, iter(owned))]
         while stack:
             node, children = stack[-1]
             child = next(children, None)
             if child is None:
                 stack.pop()
                 release.append(node)
-            elif child not in seen and child in forest:
+            elif child not in seen and (owned := forest.get(child)) is not None:
                 seen.add(child)
                 cancel.append(child)
-                stack.append((child, iter(forest[child])))
+                stack.append((child, iter(owned)))
     return TeardownPlan(tuple(cancel), tuple(release))
 
 
