@@ -484,6 +484,27 @@ def test_harness_7_when_idle_on_fresh_agent_returns_at_once() -> None:
     run(main)
 
 
+def test_harness_7_on_idle_is_when_idle_as_a_callback() -> None:
+    async def main() -> None:
+        release = asyncio.Event()
+        agent, _ = make_agent([reply("ok")])
+        fresh = asyncio.get_running_loop().create_future()
+        agent.on_idle(lambda: fresh.set_result(agent.status))
+        assert await fresh is AgentStatus.IDLE  # no activity yet: called from the loop
+
+        async def task(signal: AbortSignal) -> None:
+            await release.wait()
+
+        agent.run_maintenance(task)
+        agent.followup(msg("queued"))  # latched behind maintenance, then a replacement turn
+        idle = asyncio.get_running_loop().create_future()
+        agent.on_idle(lambda: idle.set_result(turn_ends(agent)))
+        release.set()
+        assert await idle == [{"turn": 1, "reason": "completed"}]
+
+    run(main)
+
+
 def test_harness_8_maintenance_requires_true_idle_and_is_aborted_by_cancel() -> None:
     async def main() -> None:
         gate = Gate()

@@ -372,6 +372,21 @@ class ReferenceAgent:
             if activity is self._activity:
                 return
 
+    def on_idle(self, callback: Callable[[], object]) -> None:
+        """``when_idle`` as a callback, run from the loop: no task, no coroutine frame."""
+        activity = self._activity
+        if activity is None:
+            asyncio.get_running_loop().call_soon(callback)
+            return
+
+        def settled(_: object) -> None:
+            if activity is self._activity:
+                callback()
+            else:
+                self.on_idle(callback)  # replaced by a newer activity: follow it
+
+        activity.add_done_callback(settled)
+
     def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> asyncio.Task[T]:
         """Run ``task`` from true idle; status stays idle; wakes latch (HARNESS-8)."""
         phase = self._phase

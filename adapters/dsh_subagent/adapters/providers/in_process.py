@@ -29,6 +29,7 @@ Theory of operation
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import uuid
@@ -233,7 +234,7 @@ class InProcessRun(DrivenRun):
             configure=self._configure,
         )
         await self._publish(self._create(options), self._child_id, local=True)
-        self._spawn(self._drive())
+        asyncio.get_running_loop().call_soon(self._drive)
         return self
 
     async def _create(self, options: CreateOptions) -> None:
@@ -277,15 +278,24 @@ class InProcessRun(DrivenRun):
         signal = self._setup_abort.signal
         await race_abort(self._host.setup(self._child, signal), signal)
 
-    async def _drive(self) -> None:
+    def _drive(self) -> None:
+        """Send the prompt, then conclude once the child is idle (callbacks, no task)."""
         assert self._child is not None
-        child = self._child
+        if self.work_cancelled:
+            self._conclude()
+            return
         try:
-            if not self.work_cancelled:
-                child.followup(create_user_message(self._request.request.prompt))
-                await child.when_idle()
-            own = child.session.events[self._own_from :]
-            capture = self._capture
+            self._child.followup(create_user_message(self._request.request.prompt))
+        except Exception as error:
+            self._settle_fault(error)
+        else:
+            self._child.on_idle(self._conclude)
+
+    def _conclude(self) -> None:
+        assert self._child is not None
+        own = self._child.session.events[self._own_from :]
+        capture = self._capture
+        try:
             result = one_shot_result(
                 own,
                 cancelled=self.work_cancelled,
