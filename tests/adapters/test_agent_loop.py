@@ -897,6 +897,21 @@ def test_harness_29_emitter_contains_listeners_and_disposers_are_single_shot() -
     assert len(emitter.listeners) == 1
 
 
+def test_harness_29_the_same_listener_twice_is_two_subscriptions_in_order() -> None:
+    emitter: Emitter[int] = Emitter("e")
+    assert emitter.listeners == ()  # no table until someone listens
+    seen: list[tuple[str, int]] = []
+    first = emitter.subscribe(lambda n: seen.append(("a", n)))
+    again = emitter.subscribe(lambda n: seen.append(("b", n)))
+    third = emitter.subscribe(lambda n: seen.append(("a", n)))
+    again()
+    emitter.emit(1)
+    assert seen == [("a", 1), ("a", 1)]
+    first()
+    third()
+    assert emitter.listeners == ()
+
+
 def test_harness_29_scope_unwinds_in_reverse_and_raises_first_failure() -> None:
     async def main() -> None:
         scope = Scope()

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import itertools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -62,6 +61,7 @@ from dsh_subagent.adapters.protocols import (
     SessionPersistence,
 )
 from dsh_subagent.adapters.providers.base import (
+    EventIds,
     ResolvedStartRequest,
     StartRequest,
     SubagentProvider,
@@ -175,7 +175,7 @@ class _RunObserver:
         self._state = oneshot.begin_run(
             resolved.descriptor.provider, core.parent.session_id, core.label
         )
-        self._ids = (EventId(f"{resolved.run_id}@{n}") for n in itertools.count(1))
+        self._ids = EventIds(f"{resolved.run_id}@")
         self._run: SubagentRun | None = None
 
     def apply(self, event: oneshot.RunEvent) -> None:
@@ -193,7 +193,7 @@ class _RunObserver:
                     pass  # run effects: the provider carries them out (rule 3)
 
     def next_id(self) -> EventId:
-        return next(self._ids)
+        return self._ids.next()
 
     def published(self, run: SubagentRun, run_id: RunId) -> None:
         self._run = run

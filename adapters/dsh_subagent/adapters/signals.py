@@ -21,9 +21,10 @@ Theory of operation
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -41,28 +42,53 @@ class AbortError(Exception):
         self.reason = reason
 
 
+_tokens = itertools.count()
+
+
+class _Subscription:
+    """One listener's place in an emitter; calling it unsubscribes, once, in O(1).
+
+    The emitter keys its table by an int token, never by this object, so a subscription
+    and its emitter form no reference cycle (freed by refcount, not by the cyclic GC).
+    """
+
+    __slots__ = ("_emitter", "_token")
+
+    def __init__(self, emitter: Emitter[Any], token: int) -> None:
+        self._emitter: Emitter[Any] | None = emitter
+        self._token = token
+
+    def __call__(self) -> None:
+        emitter, self._emitter = self._emitter, None
+        if emitter is not None and emitter._listeners is not None:
+            emitter._listeners.pop(self._token, None)
+
+
 class Emitter(Generic[P]):
-    """A synchronous listener list whose callbacks can be enumerated (HARNESS-29)."""
+    """A synchronous listener list whose callbacks can be enumerated (HARNESS-29).
+
+    The listener table is created on first subscription: most emitters of a short-lived
+    child are never listened to, and each costs two slots until one is.
+    """
+
+    __slots__ = ("_listeners", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._listeners: list[Callable[[P], object]] = []
+        self._listeners: dict[int, Callable[[P], object]] | None = None
 
     def subscribe(self, listener: Callable[[P], object]) -> Unsubscribe:
         """Add ``listener``; the returned disposer removes it once (single-shot)."""
-        entry: list[Callable[[P], object]] = [listener]
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if entry:
-                self._listeners.remove(entry.pop())
-
-        return unsubscribe
+        token = next(_tokens)
+        if self._listeners is None:
+            self._listeners = {}
+        self._listeners[token] = listener
+        return _Subscription(self, token)
 
     @property
     def listeners(self) -> tuple[Callable[[P], object], ...]:
         """A snapshot of the current listeners, in registration order."""
-        return tuple(self._listeners)
+        return () if not self._listeners else tuple(self._listeners.values())
 
     def emit(self, payload: P) -> None:
         """Call every listener; each failure is logged and contained."""
@@ -78,13 +104,19 @@ class Emitter(Generic[P]):
             listener(payload)
 
 
+def _no_op() -> None:
+    return None
+
+
 class AbortSignal:
     """The read side of an ``AbortController``."""
+
+    __slots__ = ("_aborted", "_listeners", "_reason")
 
     def __init__(self) -> None:
         self._aborted = False
         self._reason: object = None
-        self._listeners: Emitter[object] = Emitter("abort")
+        self._listeners: Emitter[object] | None = None
 
     @property
     def aborted(self) -> bool:
@@ -106,21 +138,26 @@ class AbortSignal:
     def add_listener(self, listener: Callable[[object], object]) -> Unsubscribe:
         """Call ``listener(reason)`` at abort (immediately if already aborted)."""
         if not self._aborted:
+            if self._listeners is None:
+                self._listeners = Emitter("abort")
             return self._listeners.subscribe(listener)
         once: Emitter[object] = Emitter("abort")
         once.subscribe(listener)
         once.emit(self._reason)
-        return lambda: None
+        return _no_op
 
     def _abort(self, reason: object) -> None:
         self._aborted = True
         self._reason = reason
-        listeners, self._listeners = self._listeners, Emitter("abort")
-        listeners.emit(reason)
+        listeners, self._listeners = self._listeners, None
+        if listeners is not None:
+            listeners.emit(reason)
 
 
 class AbortController:
     """Owns one ``AbortSignal`` and aborts it once; the first reason wins."""
+
+    __slots__ = ("signal",)
 
     def __init__(self) -> None:
         self.signal = AbortSignal()

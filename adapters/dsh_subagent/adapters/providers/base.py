@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import itertools
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Final, Protocol, runtime_checkable
 
@@ -163,6 +162,20 @@ def render_error(error: BaseException) -> str:
         return f"{type(error).__name__}: <unrenderable>"
 
 
+class EventIds:
+    """The event ids of one run's machine: ``{prefix}1``, ``{prefix}2``, ... (two slots)."""
+
+    __slots__ = ("_count", "_prefix")
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._count = 0
+
+    def next(self) -> EventId:
+        self._count += 1
+        return EventId(f"{self._prefix}{self._count}")
+
+
 class DrivenRun(abc.ABC):
     """A run handle that carries out the run effects of its own core one-shot machine."""
 
@@ -172,7 +185,7 @@ class DrivenRun(abc.ABC):
         self._state = oneshot.begin_run(
             request.descriptor.provider, core.parent.session_id, core.label
         )
-        self._ids = (EventId(f"{run_key}#{n}") for n in itertools.count(1))
+        self._ids = EventIds(f"{run_key}#")
         loop = asyncio.get_running_loop()
         self._result: asyncio.Future[SubagentResult] = loop.create_future()
         self._disposed: asyncio.Future[None] = loop.create_future()
@@ -202,7 +215,7 @@ class DrivenRun(abc.ABC):
     # ------------------------------------------------------------------ driving the machine
 
     def _next_id(self) -> EventId:
-        return next(self._ids)
+        return self._ids.next()
 
     def _apply(self, event: oneshot.RunEvent) -> None:
         self._state, effects = oneshot.apply(self._state, event)
@@ -285,6 +298,7 @@ __all__ = [
     "ContinuableCreateSpec",
     "ContinuableProvider",
     "DrivenRun",
+    "EventIds",
     "ResolvedStartRequest",
     "StartRequest",
     "SubagentProvider",
