@@ -29,6 +29,8 @@ from dsh_subagent.core.values import JsonValue
 class FrozenList(list[JsonValue]):
     """A list that refuses mutation; equal to the plain list it copies."""
 
+    __slots__ = ()
+
     def _refuse(self, *_args: object, **_kwargs: object) -> None:
         raise TypeError("session event data is immutable")
 
@@ -40,6 +42,8 @@ class FrozenList(list[JsonValue]):
 class FrozenDict(dict[str, JsonValue]):
     """A dict that refuses mutation; equal to the plain dict it copies."""
 
+    __slots__ = ()
+
     def _refuse(self, *_args: object, **_kwargs: object) -> None:
         raise TypeError("session event data is immutable")
 
@@ -50,9 +54,13 @@ class FrozenDict(dict[str, JsonValue]):
 class _CheckedList(FrozenList):
     """A ``FrozenList`` built by this module's freezer: valid and frozen all the way down."""
 
+    __slots__ = ()
+
 
 class _CheckedDict(FrozenDict):
     """A ``FrozenDict`` built by this module's freezer: valid and frozen all the way down."""
+
+    __slots__ = ()
 
 
 EMPTY: Final[FrozenDict] = _CheckedDict()
