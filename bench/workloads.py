@@ -22,6 +22,7 @@ Theory of operation
 5. W4 builds a live tree of continuable children of depth 4 whose model steps are held until
    aborted, then times ``drain_continuable()`` (child-first disposal of every Activation) at
    two sizes; the ratio of the times shows how teardown scales (10x the nodes: ideal 10x).
+   It also records the time CPython's cyclic garbage collector took during the drain.
 6. W5 pushes ``bench/core_scaling.py``'s event stream (10 events per child life) through the
    pure ``manager.apply`` over a manager already holding live Activations; events per second.
 7. Run from the repository root as ``python -m bench.workloads [--only W1,...]``, it prints
@@ -244,8 +245,10 @@ async def w4(size: int) -> JsonDict:
     world = await held_tree(size)
     build_s = time.perf_counter() - built
     gc.collect()
+    collections = GcTimer()
     cpu0, wall0 = time.process_time_ns(), time.perf_counter_ns()
-    await world.service.drain_continuable()
+    with collections:
+        await world.service.drain_continuable()
     wall_ns, cpu_ns = time.perf_counter_ns() - wall0, time.process_time_ns() - cpu0
     assert all(world.service.activation_state(node) is None for node in _ids(size))
     return {
@@ -254,7 +257,32 @@ async def w4(size: int) -> JsonDict:
         "build_s": round(build_s, 2),
         "drain_ms": round(wall_ns / 1e6, 2),
         "drain_cpu_ms": round(cpu_ns / 1e6, 2),
+        "gc_ms": round(collections.seconds * 1e3, 2),
+        "gc_collections": collections.counts,
     }
+
+
+class GcTimer:
+    """Time spent in CPython's cyclic garbage collector while the block runs (W4 rule 5)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.counts = [0, 0, 0]  # collections per generation
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+            self.counts[info["generation"]] += 1
+
+    def __enter__(self) -> GcTimer:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 def _ids(size: int) -> Iterator[SessionId]:

@@ -49,6 +49,8 @@ def test_w3_cold_resume_hands_the_model_the_whole_persisted_history(tmp_path: Pa
 def test_w4_drain_releases_every_activation_of_a_depth_4_tree() -> None:
     result = asyncio.run(workloads.w4(30))
     assert result["activations"] == 30
+    assert result["gc_ms"] >= 0
+    assert len(result["gc_collections"]) == 3
     assert result["levels"] == workloads.tree_levels(30)
 
 
@@ -81,7 +83,10 @@ def _ours(drain_small: float, drain_large: float) -> dict[str, object]:
         "W1_oneshot": {"median_us": 100.0, "p95_us": 150.0},
         "W2_oneshot_barrier": {"wall_ms": 50.0, "kib_per_child": 8.0},
         "W3_resume": {"median_us": 400.0},
-        "W4_drain": {"1000": {"drain_ms": drain_small}, "10000": {"drain_ms": drain_large}},
+        "W4_drain": {
+            "1000": {"drain_ms": drain_small},
+            "10000": {"drain_ms": drain_large, "gc_ms": drain_large / 4},
+        },
         "W5_core": {"events_per_s": 60_000},
         "env": {"packages": {"dsh-subagent": "0.1.0"}},
     }
@@ -109,6 +114,7 @@ def test_report_takes_medians_and_leaves_a_failed_or_absent_peer_out(tmp_path: P
     assert all("openai-agents" not in by_system for by_system in workloads_.values())
     assert not compare.TABLE_ONLY & set(workloads_)  # CPU cross-checks stay in the table
     assert "| `W1_us_median` | 100 [100\u2013100] | 5.00 |" in rendered
+    assert "| `W4_gc_10k_ms` | 27.50 [25.00\u201330.00] |" in rendered
     assert "| 20 |" in rendered  # ours / floor
     assert "pydantic-ai absent: install failed" in rendered
     assert "boom" in rendered
