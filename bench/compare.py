@@ -211,7 +211,7 @@ def _at(result: Mapping[str, object], key: str, field: str) -> float | None:
 
 
 def figures_of(system: str, result: Mapping[str, object]) -> dict[str, float | None]:
-    """The figures that one run of ``system`` provides (rule 4; ``TABLE_ONLY`` ones are table-only)."""
+    """The figures one run of ``system`` provides (rule 4; ``TABLE_ONLY`` ones: table only)."""
     w1 = W1_MECHANISM[system]
     w2 = W2_VARIANT.get(system, "W2_direct_barrier")
     found = {

@@ -49,7 +49,9 @@ def test_w3_cold_resume_hands_the_model_the_whole_persisted_history(tmp_path: Pa
 def test_w4_drain_releases_every_activation_of_a_depth_4_tree() -> None:
     result = asyncio.run(workloads.w4(30))
     assert result["activations"] == 30
+    assert isinstance(result["gc_ms"], float)
     assert result["gc_ms"] >= 0
+    assert isinstance(result["gc_collections"], list)
     assert len(result["gc_collections"]) == 3
     assert result["levels"] == workloads.tree_levels(30)
 
