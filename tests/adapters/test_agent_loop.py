@@ -34,6 +34,7 @@ from dsh_subagent.adapters.signals import (
     AbortSignal,
     Emitter,
     Scope,
+    abortable,
     any_signal,
     race_abort,
 )
@@ -875,6 +876,53 @@ def test_harness_31_race_abort_and_fused_signals() -> None:
         late: list[object] = []
         fused.add_listener(late.append)
         assert late == [reason]
+
+    run(main)
+
+
+def test_harness_31_abortable_runs_in_the_calling_task_and_raises_the_reason() -> None:
+    async def main() -> None:
+        controller = AbortController()
+        assert await abortable(asyncio.sleep(0, "v"), controller.signal) == "v"
+        unwound: list[str] = []
+
+        async def honours() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                unwound.append("cancelled")
+                raise
+
+        pending = asyncio.ensure_future(abortable(honours(), controller.signal))
+        await asyncio.sleep(0)
+        controller.abort(KeyError("stop"))  # from another task
+        with pytest.raises(KeyError):
+            await pending
+        assert unwound == ["cancelled"]
+        assert pending.cancelling() == 0  # nothing left pending on the task
+        with pytest.raises(KeyError):  # already aborted: the operation never runs
+            await abortable(honours(), controller.signal)
+
+        inner = AbortController()
+
+        async def aborts_itself(then_wait: bool) -> str:
+            inner.abort(ValueError("self"))  # inside the operation, in the same task
+            if then_wait:
+                await asyncio.Event().wait()
+            return "finished first"
+
+        assert await abortable(aborts_itself(False), inner.signal) == "finished first"
+        inner = AbortController()
+        with pytest.raises(ValueError, match="self"):
+            await abortable(aborts_itself(True), inner.signal)
+
+        outer_signal = AbortController()
+        outer = asyncio.ensure_future(abortable(asyncio.Event().wait(), outer_signal.signal))
+        await asyncio.sleep(0)
+        outer.cancel()  # an outer cancellation together with an abort stays a cancellation
+        outer_signal.abort("too")
+        with pytest.raises(asyncio.CancelledError):
+            await outer
 
     run(main)
 

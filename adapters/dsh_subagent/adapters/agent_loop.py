@@ -51,7 +51,14 @@ from dsh_subagent.adapters.protocols import (
     Session,
     StatusNotification,
 )
-from dsh_subagent.adapters.signals import AbortController, AbortSignal, Emitter, Scope, race_abort
+from dsh_subagent.adapters.signals import (
+    AbortController,
+    AbortSignal,
+    Emitter,
+    Scope,
+    abortable,
+    race_abort,
+)
 from dsh_subagent.adapters.tool_registry import ScopedTools, ToolRegistry
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
@@ -488,7 +495,7 @@ class ReferenceAgent:
             system_prompt=tuple((p.name, p.order, p.text) for p in self.prompt.system_prompt()),
             runtime_context=tuple((p.name, p.order, p.text) for p in self.prompt.runtime_context()),
         )
-        result = await race_abort(self._model.step(request), signal)
+        result = await abortable(self._model.step(request), signal)
         signal.throw_if_aborted()
         for chunk in result.chunks:
             self.session.append(ASSISTANT_CHUNK, wire.assistant_chunk_data(chunk))

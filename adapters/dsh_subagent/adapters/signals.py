@@ -9,7 +9,9 @@ Theory of operation
    exception (HARNESS-31); a non-exception reason (e.g. an agent ``CancelCause``) is wrapped
    in ``AbortError`` whose ``reason`` is that exact object.
 3. ``race_abort(awaitable, signal)`` awaits an operation but gives up as soon as the signal
-   aborts, cancelling the operation and raising the reason as in rule 2. ``any_signal`` fuses
+   aborts, cancelling the operation and raising the reason as in rule 2; ``abortable`` does
+   the same inside the calling task (no task of its own) for operations that honour
+   cancellation, waiting for them to unwind. ``any_signal`` fuses
    signals and returns a detacher, so a long-lived signal keeps no listener per operation.
 4. ``Emitter`` is a synchronous, enumerable listener list (HARNESS-29): ``emit`` contains each
    listener; ``emit_vetoable`` lets a raising listener veto (the exception propagates).
@@ -208,6 +210,42 @@ async def race_abort(operation: Awaitable[T], signal: AbortSignal | None) -> T:
         return task.result()
     signal.throw_if_aborted()
     return await task  # the operation was cancelled from elsewhere: propagate that
+
+
+async def abortable(operation: Awaitable[T], signal: AbortSignal) -> T:
+    """``race_abort`` for a well-behaved operation, run in the calling task (no task of its own).
+
+    An abort cancels this task's await of ``operation`` (from the loop, one callback later,
+    so an abort raised inside the operation itself is safe); once the operation has unwound,
+    the abort reason is raised as ``race_abort`` raises it. An operation that finishes first
+    wins, as in ``race_abort``. Unlike ``race_abort``, an operation that ignores cancellation
+    is waited for: use this only for operations that honour it (the agent's model step).
+    """
+    if signal.aborted:
+        if asyncio.iscoroutine(operation):
+            operation.close()
+        signal.throw_if_aborted()
+    task = asyncio.current_task()
+    assert task is not None, "abortable() runs inside a task"
+    state = {"waiting": True, "cancelled": False}
+
+    def cancel_if_waiting() -> None:
+        if state["waiting"]:
+            state["cancelled"] = True
+            task.cancel()
+
+    remove = signal.add_listener(
+        lambda _reason: asyncio.get_running_loop().call_soon(cancel_if_waiting)
+    )
+    try:
+        return await operation
+    except asyncio.CancelledError:
+        if state["cancelled"] and task.uncancel() == 0:
+            signal.throw_if_aborted()  # ours alone: the abort, not an outer cancellation
+        raise
+    finally:
+        state["waiting"] = False
+        remove()
 
 
 class Scope:
