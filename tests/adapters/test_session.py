@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import gc
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 
 import attrs
@@ -402,6 +404,24 @@ def test_harness_23_bind_persistence_writes_only_the_unpersisted_suffix() -> Non
         assert longer.value.code is ErrorCode.CORRUPT_SESSION
         unbind()
         assert await store.flush(again) is False
+
+    run(main)
+
+
+def test_harness_19_a_disposed_session_is_not_kept_alive_by_the_binding() -> None:
+    async def main() -> None:
+        store, persistence = SessionStore(), FakePersistence()
+        bind_persistence(store, persistence)
+        session = store.prepare(SID)
+        store.enter(session)
+        store.announce(session)
+        session.append("a", None)
+        await store.flush(session)
+        gone = weakref.ref(session)
+        store.leave(session)
+        del session
+        gc.collect()
+        assert gone() is None
 
     run(main)
 

@@ -18,7 +18,8 @@ Theory of operation
 4. ``flush(session)`` awaits every flush listener concurrently, then returns whether any
    participated, or raises the first failure (in listener order) once all settled
    (HARNESS-19). ``bind_persistence`` adds a listener that writes the not-yet-persisted
-   suffix, creating the stored row on first flush.
+   suffix, creating the stored row on first flush; it forgets a session once the store
+   disposes of it, so a finished child's log is not kept alive by the binding.
 5. ``LogOverride`` reads a log-only policy override: the value of the last ``sandbox/mode`` or
    ``approval/policy`` event (HARNESS-27).
 """
@@ -401,7 +402,23 @@ def bind_persistence(store: SessionStore, persistence: SessionPersistence) -> Un
                 await persistence.append(session.id, events[count:])
             persisted[session.id] = (session, len(events))
 
-    return store.on_flush(write)
+    def forget(session: LiveSession) -> None:
+        # A disposed session is never flushed through the store again: holding its entry
+        # would keep its whole log alive for the life of the store.
+        known = persisted.get(session.id)
+        if known is not None and known[0] is session:
+            del persisted[session.id]
+        lock = locks.get(session.id)
+        if lock is not None and not lock.locked():
+            del locks[session.id]
+
+    detachers = (store.on_flush(write), store.disposed.subscribe(forget))
+
+    def unbind() -> None:
+        for detach in detachers:
+            detach()
+
+    return unbind
 
 
 async def persist_tail(persistence: SessionPersistence, session: LiveSession) -> None:
