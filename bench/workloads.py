@@ -225,7 +225,7 @@ async def held_tree(size: int) -> World:
     model = BenchModel()
     model.hold_until_aborted = True
     model.hold_target = size
-    world = World(model, InMemoryPersistence())
+    world = World(model, InMemoryPersistence(), keep_ends=False)
     parents = [await world.root("host")]
     serial = iter(range(size))
     for level_size in tree_levels(size):

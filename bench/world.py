@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 1. ``World`` assembles one store, agent registry and ``SubagentService`` with the in-process
    spawn provider, as ``tests/adapters/service_world.py`` does, optionally bound to a
-   persistence; it queues each child's ``subagent/end`` so a workload can await "that epoch
-   ended" without polling.
+   persistence; unless told not to (``keep_ends=False``), it queues each child's
+   ``subagent/end`` so a workload can await "that epoch ended" without polling.
 2. ``BenchModel`` is the null model: every step builds a fresh ``"done"`` reply and returns
    it at once. A workload may hold steps at a ``Barrier`` (all children in flight), hold them
    until the turn is aborted (a live tree), or count the history each step is handed.
@@ -153,7 +153,13 @@ class BenchModel:
 class World:
     """One store, registry and service with the spawn provider, as the tests assemble it."""
 
-    def __init__(self, model: BenchModel, persistence: SessionPersistence | None = None) -> None:
+    def __init__(
+        self,
+        model: BenchModel,
+        persistence: SessionPersistence | None = None,
+        *,
+        keep_ends: bool = True,
+    ) -> None:
         self.model = model
         self.tools = ToolRegistry()
         self.prompt = PromptComposer()
@@ -164,7 +170,8 @@ class World:
         self.service = SubagentService(self.registry, self.store, persistence)
         self.service.register_provider(SpawnProvider(InProcessHost(self.registry)))
         self._ends: defaultdict[SessionId, asyncio.Queue[RunEndInfo]] = defaultdict(asyncio.Queue)
-        self.service.on(SUBAGENT_END, self._on_end)
+        if keep_ends:  # W4 awaits no end: a queue per child would only load the heap
+            self.service.on(SUBAGENT_END, self._on_end)
 
     def _agent(self, session: LiveSession, options: AgentOptions) -> ReferenceAgent:
         return ReferenceAgent(
