@@ -408,15 +408,24 @@ def test_harness_23_bind_persistence_writes_only_the_unpersisted_suffix() -> Non
     run(main)
 
 
+async def bound_and_flushed(
+    *, announce: bool = False
+) -> tuple[SessionStore, FakePersistence, LiveSession]:
+    """A store bound to a fake persistence, holding one live session flushed once."""
+    store, persistence = SessionStore(), FakePersistence()
+    bind_persistence(store, persistence)
+    session = store.prepare(SID)
+    store.enter(session)
+    if announce:
+        store.announce(session)
+    session.append("a", None)
+    await store.flush(session)
+    return store, persistence, session
+
+
 def test_harness_19_a_disposed_session_is_not_kept_alive_by_the_binding() -> None:
     async def main() -> None:
-        store, persistence = SessionStore(), FakePersistence()
-        bind_persistence(store, persistence)
-        session = store.prepare(SID)
-        store.enter(session)
-        store.announce(session)
-        session.append("a", None)
-        await store.flush(session)
+        store, _, session = await bound_and_flushed(announce=True)
         gone = weakref.ref(session)
         store.leave(session)
         del session
@@ -428,12 +437,7 @@ def test_harness_19_a_disposed_session_is_not_kept_alive_by_the_binding() -> Non
 
 def test_harness_23_a_session_restored_from_the_bound_persistence_flushes_without_asking() -> None:
     async def main() -> None:
-        store, persistence = SessionStore(), FakePersistence()
-        bind_persistence(store, persistence)
-        session = store.prepare(SID)
-        store.enter(session)
-        session.append("a", None)
-        await store.flush(session)
+        store, persistence, session = await bound_and_flushed()
         store.leave(session)
         asked: list[SessionId] = []
         counted = persistence.revision
