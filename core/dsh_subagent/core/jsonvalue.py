@@ -22,7 +22,10 @@ from dsh_subagent.core.errors import SubagentError, invalid
 
 def _has_lone_surrogate(text: str) -> bool:
     # A str holds a lone surrogate exactly when it cannot be encoded as UTF-8; the codec
-    # checks in C, far faster than a per-character scan on long texts.
+    # checks in C, far faster than a per-character scan on long texts. ASCII (the common
+    # case: event types, ids, keys) is answered without building the encoded copy.
+    if text.isascii():
+        return False
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
