@@ -374,13 +374,20 @@ class ReferenceAgent:
 
     async def when_idle(self) -> None:
         """Resolve once no driver and no maintenance is active, following replacements."""
-        while (activity := self._activity) is not None:
-            await asyncio.shield(activity)
-            if activity is self._activity:
-                return
+        if self._activity is None or self._activity.done():
+            return  # idle now: a replacement is installed before the activity it replaces ends
+        idle: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def settle() -> None:
+            if not idle.done():  # done: the waiter was cancelled and left
+                idle.set_result(None)
+
+        self.on_idle(settle)
+        await idle
 
     def on_idle(self, callback: Callable[[], object]) -> None:
-        """``when_idle`` as a callback, run from the loop: no task, no coroutine frame."""
+        """Call ``callback`` from the loop once no driver and no maintenance is active,
+        following replacements (``when_idle`` without a task or a coroutine frame)."""
         activity = self._activity
         if activity is None:
             asyncio.get_running_loop().call_soon(callback)

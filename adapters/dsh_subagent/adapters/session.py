@@ -389,18 +389,13 @@ def bind_persistence(store: SessionStore, persistence: SessionPersistence) -> Un
                 count = restored[1]
             else:
                 count = await _stored_length(persistence, session)
-            events = session.events
-            if count < 0:
-                await persistence.create(session.header, events)
-            elif count > len(events):
+            if count > session.seq:
                 raise SubagentError(
                     ErrorCode.CORRUPT_SESSION,
                     f"stored log of {session.id!r} is longer than the live log",
                     field="session",
                 )
-            elif count < len(events):
-                await persistence.append(session.id, events[count:])
-            persisted[session.id] = (session, len(events))
+            persisted[session.id] = (session, await _store_after(persistence, session, count))
 
     def forget(session: LiveSession) -> None:
         # A disposed session is never flushed through the store again: holding its entry
@@ -427,12 +422,18 @@ async def persist_tail(persistence: SessionPersistence, session: LiveSession) ->
     A host's last write at shutdown: events appended while agents were being disposed (the
     disposal cancel of their inboxes, HARNESS-18) happen after the final flush could run.
     """
-    count = await _stored_length(persistence, session)
+    await _store_after(persistence, session, await _stored_length(persistence, session))
+
+
+async def _store_after(persistence: SessionPersistence, session: LiveSession, count: int) -> int:
+    """Store the events after the first ``count`` (the whole row when ``count`` is -1);
+    returns the log length now stored."""
     events = session.events
     if count < 0:
         await persistence.create(session.header, events)
     elif count < len(events):
         await persistence.append(session.id, events[count:])
+    return len(events)
 
 
 async def _stored_length(persistence: SessionPersistence, session: LiveSession) -> int:
