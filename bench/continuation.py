@@ -23,20 +23,25 @@ import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
 from dsh_subagent.adapters.continuation import (
     AncestorAuthority,
     ContinuableStartSpec,
     ContinuationManager,
     ParentAgent,
 )
-from dsh_subagent.adapters.persistence import InMemoryPersistence
-from dsh_subagent.adapters.protocols import ModelRequest, ModelStep, SessionPersistence
+from dsh_subagent.adapters.protocols import (
+    CreateOptions,
+    ModelRequest,
+    ModelStep,
+    SessionPersistence,
+)
 from dsh_subagent.adapters.providers.base import ContinuableCreateRequest, ContinuableCreateSpec
-from dsh_subagent.adapters.registry import AgentRegistry, CreateOptions
-from dsh_subagent.adapters.session import LiveSession, SessionStore, bind_persistence
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+from dsh_subagent.adapters.reference.registry import AgentRegistry
+from dsh_subagent.adapters.reference.session import LiveSession, SessionStore, bind_persistence
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.adapters.signals import race_abort
-from dsh_subagent.adapters.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core import wire
 from dsh_subagent.core.descriptor import descriptor_to_payload
 from dsh_subagent.core.values import (

@@ -17,17 +17,18 @@ import asyncio
 import statistics
 import time
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
-from dsh_subagent.adapters.composition import PromptComposer
+from dsh_subagent.adapters.protocols import CreateOptions
 from dsh_subagent.adapters.providers.base import StartRequest
 from dsh_subagent.adapters.providers.in_process import InProcessHost
 from dsh_subagent.adapters.providers.spawn import SpawnProvider
-from dsh_subagent.adapters.registry import AgentRegistry, CreateOptions
-from dsh_subagent.adapters.scripted_model import NullModel
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.composition import PromptComposer
+from dsh_subagent.adapters.reference.registry import AgentRegistry
+from dsh_subagent.adapters.reference.scripted_model import NullModel
+from dsh_subagent.adapters.reference.session import LiveSession, SessionStore
+from dsh_subagent.adapters.reference.tool_registry import ScopedTools, ToolRegistry
 from dsh_subagent.adapters.service import SubagentService
-from dsh_subagent.adapters.session import LiveSession, SessionStore
 from dsh_subagent.adapters.signals import AbortController
-from dsh_subagent.adapters.tool_registry import ScopedTools, ToolRegistry
 from dsh_subagent.core.values import AgentOptions, SessionId, TextBlock
 
 

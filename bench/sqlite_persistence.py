@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dsh_subagent.adapters.sqlite_persistence import SqlitePersistence
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core import wire
 from dsh_subagent.core.values import SessionEvent, SessionHeader, SessionId
 

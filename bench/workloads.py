@@ -61,10 +61,10 @@ from bench.world import (
     task_round_trip,
     text,
 )
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
 from dsh_subagent.adapters.continuation_types import ParentAgent
-from dsh_subagent.adapters.persistence import InMemoryPersistence
-from dsh_subagent.adapters.sqlite_persistence import SqlitePersistence
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core.manager import apply
 from dsh_subagent.core.values import CoordinatorSource, KnownStop, SessionId
 

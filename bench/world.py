@@ -24,18 +24,23 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
-from dsh_subagent.adapters.composition import PromptComposer
 from dsh_subagent.adapters.continuation_types import ContinuableStartSpec
-from dsh_subagent.adapters.protocols import ModelRequest, ModelStep, SessionPersistence
+from dsh_subagent.adapters.protocols import (
+    CreateOptions,
+    ModelRequest,
+    ModelStep,
+    SessionPersistence,
+)
 from dsh_subagent.adapters.providers.base import StartRequest, SubagentRun
 from dsh_subagent.adapters.providers.in_process import InProcessHost
 from dsh_subagent.adapters.providers.spawn import SpawnProvider
-from dsh_subagent.adapters.registry import AgentRegistry, CreateOptions
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.composition import PromptComposer
+from dsh_subagent.adapters.reference.registry import AgentRegistry
+from dsh_subagent.adapters.reference.session import LiveSession, SessionStore, bind_persistence
+from dsh_subagent.adapters.reference.tool_registry import ScopedTools, ToolRegistry
 from dsh_subagent.adapters.service import LifecyclePayload, SubagentService
-from dsh_subagent.adapters.session import LiveSession, SessionStore, bind_persistence
 from dsh_subagent.adapters.signals import AbortController, race_abort
-from dsh_subagent.adapters.tool_registry import ScopedTools, ToolRegistry
 from dsh_subagent.core.lifecycle import SUBAGENT_END, RunEndInfo
 from dsh_subagent.core.values import (
     ASSISTANT_MESSAGE,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from dsh_subagent.adapters.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.cli.service_faults import GatedModel
 from dsh_subagent.cli.service_machine import ROOT, ServiceMachine
 from dsh_subagent.core.values import MessageId, TextBlock, UserMessage

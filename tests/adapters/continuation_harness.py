@@ -6,19 +6,27 @@ import asyncio
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
 from dsh_subagent.adapters.continuation import ContinuationManager
 from dsh_subagent.adapters.continuation_engine import LifecycleInfo
 from dsh_subagent.adapters.continuation_types import ContinuableStartSpec, ParentAgent
-from dsh_subagent.adapters.persistence import InMemoryPersistence, SessionRecord
-from dsh_subagent.adapters.protocols import ModelRequest, ModelStep, SessionPersistence
+from dsh_subagent.adapters.protocols import (
+    CreateOptions,
+    ModelRequest,
+    ModelStep,
+    SessionPersistence,
+    SessionRecord,
+    Tool,
+    ToolOutcome,
+)
 from dsh_subagent.adapters.providers.base import ContinuableCreateRequest, ContinuableCreateSpec
-from dsh_subagent.adapters.registry import AgentHandle, AgentRegistry, CreateOptions
-from dsh_subagent.adapters.scripted_model import ScriptedModel, ScriptItem, reply
-from dsh_subagent.adapters.session import LiveSession, SessionStore, bind_persistence
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+from dsh_subagent.adapters.reference.registry import AgentHandle, AgentRegistry
+from dsh_subagent.adapters.reference.scripted_model import ScriptedModel, ScriptItem, reply
+from dsh_subagent.adapters.reference.session import LiveSession, SessionStore, bind_persistence
+from dsh_subagent.adapters.reference.tool_registry import ToolRegistry
 from dsh_subagent.adapters.setup_registry import ContinuableSetupRegistry
 from dsh_subagent.adapters.signals import AbortSignal
-from dsh_subagent.adapters.tool_registry import Tool, ToolOutcome, ToolRegistry
 from dsh_subagent.core import wire
 from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
 from dsh_subagent.core.values import (

@@ -5,25 +5,27 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 
-from dsh_subagent.adapters.agent_loop import PreStepHook, ReferenceAgent
-from dsh_subagent.adapters.composition import PromptComposer
 from dsh_subagent.adapters.protocols import (
     Agent,
     ApprovalPolicyService,
+    CreateOptions,
     PresetRoster,
     SandboxPolicyService,
+    SessionMeta,
     SessionPersistence,
 )
 from dsh_subagent.adapters.providers.base import ResolvedStartRequest, StartRequest
 from dsh_subagent.adapters.providers.fork import ForkProvider
 from dsh_subagent.adapters.providers.in_process import ChildSetup, InProcessHost
 from dsh_subagent.adapters.providers.spawn import SpawnProvider
-from dsh_subagent.adapters.registry import AgentRegistry, CreateOptions
-from dsh_subagent.adapters.scripted_model import ScriptedModel, ScriptItem
+from dsh_subagent.adapters.reference.agent_loop import PreStepHook, ReferenceAgent
+from dsh_subagent.adapters.reference.composition import PromptComposer
+from dsh_subagent.adapters.reference.registry import AgentRegistry
+from dsh_subagent.adapters.reference.scripted_model import ScriptedModel, ScriptItem
+from dsh_subagent.adapters.reference.session import LiveSession, SessionStore
+from dsh_subagent.adapters.reference.tool_registry import ScopedTools, ToolRegistry
 from dsh_subagent.adapters.service import EVENT_NAMES, LifecyclePayload, SubagentService
-from dsh_subagent.adapters.session import LiveSession, SessionMeta, SessionStore
 from dsh_subagent.adapters.signals import AbortController, AbortSignal
-from dsh_subagent.adapters.tool_registry import ScopedTools, ToolRegistry
 from dsh_subagent.core.values import (
     AgentOptions,
     SessionEvent,

@@ -9,14 +9,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent, create_user_message
 from dsh_subagent.adapters.protocols import (
     AgentStatus,
     CancelCause,
     InboxNotification,
     InboxTarget,
+    SessionMeta,
+    Tool,
+    ToolOutcome,
+    create_user_message,
 )
-from dsh_subagent.adapters.scripted_model import (
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.scripted_model import (
     Gate,
     Gated,
     NullModel,
@@ -27,7 +31,7 @@ from dsh_subagent.adapters.scripted_model import (
     hit_max_tokens,
     reply,
 )
-from dsh_subagent.adapters.session import LiveSession, SessionMeta, SessionStore
+from dsh_subagent.adapters.reference.session import LiveSession, SessionStore
 from dsh_subagent.adapters.signals import (
     AbortController,
     AbortError,
@@ -38,7 +42,6 @@ from dsh_subagent.adapters.signals import (
     any_signal,
     race_abort,
 )
-from dsh_subagent.adapters.tool_registry import Tool, ToolOutcome
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.inbox import ledger_of
@@ -997,8 +1000,8 @@ def test_harness_29_scope_unwinds_in_reverse_and_raises_first_failure() -> None:
 
 
 def test_harness_9_step_entering_fires_before_step_start_and_can_veto() -> None:
-    from dsh_subagent.adapters.agent_loop import StepEntering
-    from dsh_subagent.adapters.composition import PromptComposer
+    from dsh_subagent.adapters.protocols import StepEntering
+    from dsh_subagent.adapters.reference.composition import PromptComposer
     from dsh_subagent.core.values import STEP_START
 
     async def main() -> None:

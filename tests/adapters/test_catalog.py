@@ -16,20 +16,23 @@ from dsh_subagent.adapters.catalog import (
     list_children,
     list_descendants,
 )
-from dsh_subagent.adapters.persistence import (
-    CachedProjection,
-    InMemoryPersistence,
-    SessionRecord,
-)
 from dsh_subagent.adapters.projections import (
     ProjectionDefinition,
     SessionProjectionRegistry,
     register_subagent_projections,
 )
-from dsh_subagent.adapters.protocols import ProjectionCache, ProjectionRegistry, Session
-from dsh_subagent.adapters.session import LiveSession, SessionMeta, SessionStore
+from dsh_subagent.adapters.protocols import (
+    CachedProjection,
+    ProjectionCache,
+    ProjectionRegistry,
+    Session,
+    SessionMeta,
+    SessionRecord,
+)
+from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+from dsh_subagent.adapters.reference.session import LiveSession, SessionStore
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.adapters.signals import AbortController
-from dsh_subagent.adapters.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core.descriptor import descriptor_to_payload
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.listing import (
@@ -120,6 +123,11 @@ class SpyCache:
         if self.before is not None:
             await self.before()
         return await self.inner.cached_snapshot(header)
+
+    async def store_projection(
+        self, session_id: SessionId, as_of_seq: int, values: Mapping[str, JsonValue]
+    ) -> None:
+        await self.inner.store_projection(session_id, as_of_seq, values)
 
 
 class World:

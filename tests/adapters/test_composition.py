@@ -7,13 +7,14 @@ import asyncio
 
 import pytest
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
-from dsh_subagent.adapters.composition import PromptComposer, PromptPart, apply_child_composition
-from dsh_subagent.adapters.protocols import ToolCall
-from dsh_subagent.adapters.scripted_model import NullModel
-from dsh_subagent.adapters.session import LiveSession
+from dsh_subagent.adapters.child_composition import apply_child_composition
+from dsh_subagent.adapters.protocols import Tool, ToolCall, ToolOutcome
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.composition import PromptComposer, PromptPart
+from dsh_subagent.adapters.reference.scripted_model import NullModel
+from dsh_subagent.adapters.reference.session import LiveSession
+from dsh_subagent.adapters.reference.tool_registry import ScopedTools, ToolRegistry
 from dsh_subagent.adapters.signals import AbortController, AbortSignal, Scope
-from dsh_subagent.adapters.tool_registry import ScopedTools, Tool, ToolOutcome, ToolRegistry
 from dsh_subagent.core.errors import SubagentError
 from dsh_subagent.core.policy import DELEGATION_STATEMENT
 from dsh_subagent.core.values import JsonObject, SessionId, TextBlock, ToolFilter

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
 from dsh_subagent.adapters.continuation import (
     ParentAgent,
     UserGrant,
 )
-from dsh_subagent.adapters.persistence import InMemoryPersistence
-from dsh_subagent.adapters.scripted_model import Gate, Gated, reply
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
 from dsh_subagent.adapters.signals import AbortController
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.policy import DELEGATION_STATEMENT

@@ -9,7 +9,7 @@ import pytest
 from dsh_subagent.adapters.continuation import AncestorAuthority, ContinuableStart, ReportDelivery
 from dsh_subagent.adapters.continuation_engine import LifecycleInfo
 from dsh_subagent.adapters.protocols import InboxTarget
-from dsh_subagent.adapters.scripted_model import Gate, Gated, reply
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.lifecycle import RunStartInfo

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from dsh_subagent.adapters.continuation import ParentAgent
-from dsh_subagent.adapters.registry import ResumeOptions
-from dsh_subagent.adapters.sqlite_persistence import SqlitePersistence
+from dsh_subagent.adapters.protocols import ResumeOptions
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core.policy import DELEGATION_STATEMENT, effective_policy
 from dsh_subagent.core.values import CoordinatorSource, KnownStop, SessionId
 from tests.adapters.continuation_harness import Harness, run, text
@@ -26,8 +26,8 @@ BUILD = """
 import asyncio, sys
 sys.path.insert(0, {root!r})
 from tests.adapters.continuation_harness import Harness
-from dsh_subagent.adapters.scripted_model import Gate, Gated, reply
-from dsh_subagent.adapters.sqlite_persistence import SqlitePersistence
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core.values import ToolFilter
 
 async def main():

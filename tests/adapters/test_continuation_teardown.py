@@ -13,7 +13,7 @@ from dsh_subagent.adapters.continuation import (
     UserInterruptAuthority,
 )
 from dsh_subagent.adapters.providers.base import ContinuableCreateRequest, ContinuableCreateSpec
-from dsh_subagent.adapters.scripted_model import Gate, Gated, fail, hit_max_tokens, reply
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, fail, hit_max_tokens, reply
 from dsh_subagent.adapters.signals import AbortController, Scope
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.residency import ActivationState

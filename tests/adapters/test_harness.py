@@ -6,8 +6,8 @@ import asyncio
 from pathlib import Path
 
 from dsh_subagent.adapters.continuation_types import ContinuableStartSpec
-from dsh_subagent.adapters.harness import ReferenceHarness
-from dsh_subagent.adapters.session import LiveSession
+from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.session import LiveSession
 from dsh_subagent.cli.demo import DemoModel
 from dsh_subagent.core.lifecycle import RunEndInfo
 from dsh_subagent.core.values import AgentOptions, SessionId, TextBlock

@@ -15,14 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsh_subagent.adapters.persistence import (
-    CachedProjection,
-    InMemoryPersistence,
-    SessionRecord,
-    SessionSnapshot,
-    encode_header,
-)
-from dsh_subagent.adapters.sqlite_persistence import SqlitePersistence
+from dsh_subagent.adapters.protocols import CachedProjection, SessionRecord, SessionSnapshot
+from dsh_subagent.adapters.reference.persistence import InMemoryPersistence, encode_header
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (

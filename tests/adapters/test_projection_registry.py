@@ -21,7 +21,7 @@ from dsh_subagent.adapters.projections import (
     encode_timing_state,
     register_subagent_projections,
 )
-from dsh_subagent.adapters.session import LiveSession
+from dsh_subagent.adapters.reference.session import LiveSession
 from dsh_subagent.core.descriptor import descriptor_to_payload
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.projections import (

@@ -8,9 +8,15 @@ from collections.abc import Mapping
 
 import pytest
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent, create_user_message
-from dsh_subagent.adapters.persistence import InMemoryPersistence
-from dsh_subagent.adapters.protocols import ModelStep, ToolCall
+from dsh_subagent.adapters.protocols import (
+    Agent,
+    CreateOptions,
+    ModelStep,
+    Tool,
+    ToolCall,
+    ToolOutcome,
+    create_user_message,
+)
 from dsh_subagent.adapters.providers.base import ABORTED_BEFORE_PUBLICATION
 from dsh_subagent.adapters.providers.fork import ForkProvider, completed_turn_prefix
 from dsh_subagent.adapters.providers.in_process import (
@@ -21,8 +27,9 @@ from dsh_subagent.adapters.providers.in_process import (
     child_agent_options,
 )
 from dsh_subagent.adapters.providers.spawn import SpawnProvider
-from dsh_subagent.adapters.registry import CreateOptions
-from dsh_subagent.adapters.scripted_model import (
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+from dsh_subagent.adapters.reference.scripted_model import (
     Gate,
     Gated,
     NullModel,
@@ -31,10 +38,9 @@ from dsh_subagent.adapters.scripted_model import (
     hit_max_tokens,
     reply,
 )
+from dsh_subagent.adapters.reference.session import LiveSession, LogOverride, bind_persistence
 from dsh_subagent.adapters.service import LifecyclePayload
-from dsh_subagent.adapters.session import LiveSession, LogOverride, bind_persistence
 from dsh_subagent.adapters.signals import AbortController, AbortSignal, Scope
-from dsh_subagent.adapters.tool_registry import Tool, ToolOutcome
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.lifecycle import SUBAGENT_END, SUBAGENT_START, RunEndInfo, RunStartInfo
@@ -265,7 +271,7 @@ def test_one_7_abort_before_publication_rejects_after_rollback_with_no_events() 
         controller = AbortController()
         entered = asyncio.Event()
 
-        async def slow_setup(child: ReferenceAgent, signal: AbortSignal) -> None:
+        async def slow_setup(child: Agent, signal: AbortSignal) -> None:
             entered.set()
             await asyncio.Event().wait()
 
@@ -407,7 +413,7 @@ def test_one_9_driver_4_dispose_is_idempotent_and_waits_for_settlement_and_relea
 
 
 def test_one_9_dispose_rejects_only_for_a_release_failure() -> None:
-    async def failing_release(child: ReferenceAgent, signal: AbortSignal) -> None:
+    async def failing_release(child: Agent, signal: AbortSignal) -> None:
         def boom() -> None:
             raise RuntimeError("release failed")
 
@@ -651,7 +657,7 @@ def test_policy_2_capture_happens_before_the_first_await() -> None:
         release = asyncio.Event()
         entered = asyncio.Event()
 
-        async def hold(child: ReferenceAgent, signal: AbortSignal) -> None:
+        async def hold(child: Agent, signal: AbortSignal) -> None:
             entered.set()
             await release.wait()
 
@@ -953,7 +959,7 @@ def test_struct_6_driver_11_capture_ends_the_turn_and_no_capture_is_an_error() -
 
 
 def test_one_8_an_unreadable_child_log_rejects_the_result_as_an_infrastructure_fault() -> None:
-    async def corrupt(child: ReferenceAgent, signal: AbortSignal) -> None:
+    async def corrupt(child: Agent, signal: AbortSignal) -> None:
         child.session.append("assistant/message", {"message": "not an object"})
 
     async def main() -> None:
@@ -971,7 +977,7 @@ def test_one_8_an_unreadable_child_log_rejects_the_result_as_an_infrastructure_f
     run(main)
 
 
-def test_driver_1_in_process_providers_need_a_reference_harness_parent() -> None:
+def test_driver_1_in_process_providers_need_a_live_parent_of_their_registry() -> None:
     async def main() -> None:
         world = World()
         parent = await world.parent()

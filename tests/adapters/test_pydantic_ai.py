@@ -23,13 +23,13 @@ from pydantic_ai.messages import ModelRequest as PydanticRequest
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent, create_user_message
-from dsh_subagent.adapters.protocols import CancelCause
-from dsh_subagent.adapters.pydantic_ai import PydanticAIModel, bridge, history_of
-from dsh_subagent.adapters.scripted_model import ScriptedModel, call_tool, reply
-from dsh_subagent.adapters.session import LiveSession
+from dsh_subagent.adapters.protocols import CancelCause, Tool, ToolOutcome, create_user_message
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.pydantic_ai import PydanticAIModel, bridge, history_of
+from dsh_subagent.adapters.reference.scripted_model import ScriptedModel, call_tool, reply
+from dsh_subagent.adapters.reference.session import LiveSession
+from dsh_subagent.adapters.reference.tool_registry import ToolRegistry
 from dsh_subagent.adapters.signals import AbortSignal
-from dsh_subagent.adapters.tool_registry import Tool, ToolOutcome, ToolRegistry
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (

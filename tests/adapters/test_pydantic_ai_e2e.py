@@ -26,11 +26,11 @@ from pydantic_ai.messages import (
 from pydantic_ai.messages import ModelRequest as PydanticRequest
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from dsh_subagent.adapters.harness import ReferenceHarness
 from dsh_subagent.adapters.protocols import Agent
-from dsh_subagent.adapters.pydantic_ai import open_pydantic_ai_harness
+from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.pydantic_ai import open_pydantic_ai_harness
+from dsh_subagent.adapters.reference.session import LiveSession
 from dsh_subagent.adapters.service import LifecyclePayload
-from dsh_subagent.adapters.session import LiveSession
 from dsh_subagent.adapters.tools import (
     BackgroundMode,
     CallingAgents,

@@ -8,16 +8,21 @@ from collections.abc import Awaitable, Callable, Sequence
 import attrs
 import pytest
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent, create_user_message
-from dsh_subagent.adapters.protocols import CancelCause, SessionStartSource
-from dsh_subagent.adapters.registry import (
-    AgentRegistry,
+from dsh_subagent.adapters.protocols import (
+    Agent,
+    CancelCause,
     CreateOptions,
     ResumeOptions,
+    SessionMeta,
+    SessionRecord,
+    SessionStartSource,
     SetupCommit,
+    create_user_message,
 )
-from dsh_subagent.adapters.scripted_model import Gate, Gated, ScriptedModel, reply
-from dsh_subagent.adapters.session import LiveSession, SessionMeta, SessionStore
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.registry import AgentRegistry
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, ScriptedModel, reply
+from dsh_subagent.adapters.reference.session import LiveSession, SessionStore
 from dsh_subagent.adapters.signals import AbortController, Scope
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (
@@ -241,18 +246,12 @@ def test_harness_14_same_id_collision_raises_at_enter() -> None:
 # ------------------------------------------------------------------ HARNESS-17
 
 
-@attrs.frozen
-class _Record:
-    header: SessionHeader
-    events: tuple[SessionEvent, ...]
-
-
 class RepairingPersistence:
-    def __init__(self, record: _Record) -> None:
+    def __init__(self, record: SessionRecord) -> None:
         self.record = record
         self.loads = 0
 
-    async def load(self, session_id: SessionId) -> _Record:
+    async def load(self, session_id: SessionId) -> SessionRecord:
         if session_id != self.record.header.id:
             raise LookupError(session_id)
         self.loads += 1
@@ -279,7 +278,7 @@ def test_harness_17_resume_uses_the_repairing_load_and_continues_turns() -> None
             SessionEvent(TURN_START, 0, 0.0, {"turn": 1}),
             SessionEvent(TURN_END, 1, 0.0, {"turn": 1, "reason": "interrupted"}),
         )
-        persistence = RepairingPersistence(_Record(header, events))
+        persistence = RepairingPersistence(SessionRecord(header, events))
         world = World([reply("resumed")], persistence=persistence)
         handle = await world.registry.resume(ResumeOptions(SID))
         assert persistence.loads == 1
@@ -311,7 +310,7 @@ def test_harness_17_resume_reuses_an_inspected_record_only_when_whole_and_curren
             return stored
 
     async def main() -> None:
-        record = _Record(SessionHeader(SID, created_at=5.0), events)
+        record = SessionRecord(SessionHeader(SID, created_at=5.0), events)
         closed = (SessionEvent(TURN_END, len(events), 0.0, {"turn": 1, "reason": "interrupted"}),)
         persistence = Counting(attrs.evolve(record, events=events + closed if events else ()))
         world = World(persistence=persistence)
@@ -397,8 +396,8 @@ def test_harness_16_registry_close_aborts_setups_and_disposes_agents() -> None:
 
 
 def test_harness_17_resume_after_crash_through_bound_persistence() -> None:
-    from dsh_subagent.adapters.persistence import InMemoryPersistence
-    from dsh_subagent.adapters.session import bind_persistence
+    from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+    from dsh_subagent.adapters.reference.session import bind_persistence
 
     async def main() -> None:
         persistence = InMemoryPersistence()
@@ -433,7 +432,7 @@ def test_harness_16_configure_runs_before_setup_and_a_failure_rolls_back() -> No
         world = World()
         order: list[str] = []
 
-        def configure(agent: ReferenceAgent) -> None:
+        def configure(agent: Agent) -> None:
             order.append(f"configure {agent.id}")
             agent.ctx.defer(lambda: order.append("unwound"))
             raise RuntimeError("configure failed")

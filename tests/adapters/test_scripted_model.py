@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from dsh_subagent.adapters.protocols import ModelRequest, ModelStep, ToolCall
-from dsh_subagent.adapters.scripted_model import (
+from dsh_subagent.adapters.reference.scripted_model import (
     Gate,
     Gated,
     NullModel,

@@ -16,9 +16,9 @@ from dsh_subagent.adapters.providers.base import (
     StartRequest,
     can_prepare_continuable,
 )
-from dsh_subagent.adapters.scripted_model import Gate, Gated, reply
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
+from dsh_subagent.adapters.reference.session import adopt_seed
 from dsh_subagent.adapters.service import SubagentService
-from dsh_subagent.adapters.session import adopt_seed
 from dsh_subagent.adapters.signals import AbortController
 from dsh_subagent.core import lifecycle
 from dsh_subagent.core.errors import ErrorCode, SubagentError
@@ -326,7 +326,7 @@ def test_cap_7_prepare_continuable_returns_data_only() -> None:
 
 
 def parent_message(text: str):  # type: ignore[no-untyped-def]
-    from dsh_subagent.adapters.agent_loop import create_user_message
+    from dsh_subagent.adapters.protocols import create_user_message
 
     return create_user_message((TextBlock(text),))
 

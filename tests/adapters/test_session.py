@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh_subagent.adapters.frozen_json import FrozenDict
-from dsh_subagent.adapters.session import (
+from dsh_subagent.adapters.protocols import SessionMeta, SessionRecord, SessionSnapshot
+from dsh_subagent.adapters.reference.session import (
     LiveSession,
     LogOverride,
-    SessionMeta,
     SessionStore,
     adopt_seed,
     bind_persistence,
@@ -327,37 +327,25 @@ def test_harness_19_flush_awaits_every_listener() -> None:
 # ------------------------------------------------------------------ HARNESS-23 (binding)
 
 
-@attrs.define
-class _Record:
-    header: SessionHeader
-    events: tuple[SessionEvent, ...]
-
-
-@attrs.frozen
-class _Snapshot:
-    header: SessionHeader
-    revision: int
-
-
 class FakePersistence:
     """A minimal in-test persistence (the real ones live in ``persistence.py``)."""
 
     def __init__(self) -> None:
-        self.rows: dict[SessionId, _Record] = {}
+        self.rows: dict[SessionId, SessionRecord] = {}
         self.calls: list[str] = []
 
     async def list(self) -> list[SessionHeader]:
         return [r.header for r in self.rows.values()]
 
-    async def list_snapshots(self) -> builtins.list[_Snapshot]:
-        return [_Snapshot(r.header, len(r.events)) for r in self.rows.values()]
+    async def list_snapshots(self) -> builtins.list[SessionSnapshot]:
+        return [SessionSnapshot(r.header, len(r.events)) for r in self.rows.values()]
 
-    async def inspect(self, session_id: SessionId) -> _Record:
+    async def inspect(self, session_id: SessionId) -> SessionRecord:
         if session_id not in self.rows:
             raise LookupError(session_id)
         return self.rows[session_id]
 
-    async def load(self, session_id: SessionId) -> _Record:
+    async def load(self, session_id: SessionId) -> SessionRecord:
         return await self.inspect(session_id)
 
     async def revision(self, session_id: SessionId) -> int | None:
@@ -366,12 +354,15 @@ class FakePersistence:
 
     async def create(self, header: SessionHeader, events: Sequence[SessionEvent]) -> None:
         self.calls.append(f"create:{len(events)}")
-        self.rows[header.id] = _Record(header, tuple(events))
+        self.rows[header.id] = SessionRecord(header, tuple(events))
 
     async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
         self.calls.append(f"append:{len(events)}")
         row = self.rows[session_id]
-        row.events = (*row.events, *events)
+        self.rows[session_id] = attrs.evolve(row, events=(*row.events, *events))
+
+    async def close(self) -> None:
+        self.calls.append("close")
 
 
 def test_harness_23_bind_persistence_writes_only_the_unpersisted_suffix() -> None:
@@ -395,7 +386,7 @@ def test_harness_23_bind_persistence_writes_only_the_unpersisted_suffix() -> Non
         restored.append("d", None)
         await store.flush(restored)
         assert persistence.calls[-1] == "append:2"  # end-seed marker + "d"
-        persistence.rows[SID].events = (*restored.events, *restored.events)
+        persistence.rows[SID] = SessionRecord(session.header, (*restored.events, *restored.events))
         store.leave(restored)
         again = store.restore(session.header, session.events)
         store.enter(again)

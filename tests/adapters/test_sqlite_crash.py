@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dsh_subagent.adapters.persistence import open_turn
-from dsh_subagent.adapters.sqlite_persistence import SqlitePersistence
+from dsh_subagent.adapters.reference.persistence import open_turn
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core import wire
 from dsh_subagent.core.values import (
     TURN_END,
@@ -42,7 +42,7 @@ def expected_event(seq: int) -> SessionEvent:
 
 WRITER = f"""
 import asyncio, sys
-from dsh_subagent.adapters.sqlite_persistence import SqlitePersistence
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core import wire
 from dsh_subagent.core.values import (
     TURN_END, TURN_START, SessionEvent, SessionHeader, SessionId, TurnEndReason,

@@ -6,12 +6,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent, create_user_message
-from dsh_subagent.adapters.registry import CreateOptions
-from dsh_subagent.adapters.scripted_model import Gate, Gated, call_tool, fail, reply
+from dsh_subagent.adapters.protocols import CreateOptions, create_user_message
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, call_tool, fail, reply
+from dsh_subagent.adapters.reference.tool_registry import ToolRegistry
 from dsh_subagent.adapters.service import SubagentService
 from dsh_subagent.adapters.signals import AbortController, AbortSignal
-from dsh_subagent.adapters.tool_registry import ToolRegistry
 from dsh_subagent.adapters.tools import BackgroundMode, ControlTools
 from dsh_subagent.adapters.tools.calling import acting_as
 from dsh_subagent.adapters.tools.control import render_entry

@@ -7,13 +7,14 @@ import asyncio
 
 import pytest
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent, create_user_message
-from dsh_subagent.adapters.composition import PromptComposer
+from dsh_subagent.adapters.protocols import CreateOptions, create_user_message
 from dsh_subagent.adapters.providers.base import ResolvedStartRequest
-from dsh_subagent.adapters.registry import AgentRegistry, CreateOptions
-from dsh_subagent.adapters.scripted_model import Gate, Gated, reply
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.composition import PromptComposer
+from dsh_subagent.adapters.reference.registry import AgentRegistry
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
+from dsh_subagent.adapters.reference.tool_registry import ToolRegistry
 from dsh_subagent.adapters.signals import AbortController, race_abort
-from dsh_subagent.adapters.tool_registry import ToolRegistry
 from dsh_subagent.adapters.tools import (
     Delivery,
     JobOutcome,

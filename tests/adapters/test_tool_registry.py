@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from dsh_subagent.adapters.protocols import ToolCall
+from dsh_subagent.adapters.protocols import Tool, ToolCall, ToolOutcome
+from dsh_subagent.adapters.reference.tool_registry import ToolRegistry
 from dsh_subagent.adapters.signals import AbortController, AbortSignal
-from dsh_subagent.adapters.tool_registry import Tool, ToolOutcome, ToolRegistry
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import JsonObject, TextBlock, text_of
 

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 
 import pytest
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
-from dsh_subagent.adapters.registry import CreateOptions
-from dsh_subagent.adapters.scripted_model import Gate, Gated, call_tool, reply
+from dsh_subagent.adapters.protocols import CreateOptions
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, call_tool, reply
 from dsh_subagent.adapters.signals import AbortController
 from dsh_subagent.adapters.tools import BackgroundMode, ReportTool
 from dsh_subagent.adapters.tools.report import REPORT_GUIDANCE

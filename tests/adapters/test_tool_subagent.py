@@ -9,10 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsh_subagent.adapters.agent_loop import create_user_message
-from dsh_subagent.adapters.scripted_model import Gate, Gated, call_tool, hit_max_tokens, reply
+from dsh_subagent.adapters.protocols import create_user_message
+from dsh_subagent.adapters.reference.scripted_model import (
+    Gate,
+    Gated,
+    call_tool,
+    hit_max_tokens,
+    reply,
+)
+from dsh_subagent.adapters.reference.tool_registry import ToolRegistry
 from dsh_subagent.adapters.signals import AbortController
-from dsh_subagent.adapters.tool_registry import ToolRegistry
 from dsh_subagent.adapters.tools import (
     BackgroundMode,
     BackgroundValue,

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from dsh_subagent.adapters.agent_loop import create_user_message
-from dsh_subagent.adapters.protocols import AgentStatus, ModelRequest, ModelStep
-from dsh_subagent.adapters.scripted_model import Gate, Gated, call_tool, reply
+from dsh_subagent.adapters.protocols import (
+    AgentStatus,
+    ModelRequest,
+    ModelStep,
+    create_user_message,
+)
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, call_tool, reply
 from dsh_subagent.adapters.tools import BackgroundMode
 from dsh_subagent.core import wire
 from dsh_subagent.core.values import TOOL_RESULT, SessionId, TextBlock, text_of

@@ -10,20 +10,28 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
-from dsh_subagent.adapters.composition import PromptComposer
-from dsh_subagent.adapters.persistence import InMemoryPersistence
 from dsh_subagent.adapters.projections import SessionProjectionRegistry
-from dsh_subagent.adapters.protocols import ModelRequest, ModelStep, ToolCall
+from dsh_subagent.adapters.protocols import (
+    CreateOptions,
+    ModelRequest,
+    ModelStep,
+    SessionMeta,
+    Tool,
+    ToolCall,
+    ToolOutcome,
+)
 from dsh_subagent.adapters.providers.fork import ForkProvider
 from dsh_subagent.adapters.providers.in_process import InProcessHost
 from dsh_subagent.adapters.providers.spawn import SpawnProvider
-from dsh_subagent.adapters.registry import AgentRegistry, CreateOptions
-from dsh_subagent.adapters.scripted_model import Gated, ModelFailure, ScriptItem, reply
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.composition import PromptComposer
+from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+from dsh_subagent.adapters.reference.registry import AgentRegistry
+from dsh_subagent.adapters.reference.scripted_model import Gated, ModelFailure, ScriptItem, reply
+from dsh_subagent.adapters.reference.session import LiveSession, SessionStore, bind_persistence
+from dsh_subagent.adapters.reference.tool_registry import ToolRegistry
 from dsh_subagent.adapters.service import SubagentService
-from dsh_subagent.adapters.session import LiveSession, SessionMeta, SessionStore, bind_persistence
 from dsh_subagent.adapters.signals import AbortController, AbortSignal
-from dsh_subagent.adapters.tool_registry import Tool, ToolOutcome, ToolRegistry
 from dsh_subagent.adapters.tools import (
     CallingAgents,
     ControlTools,

@@ -34,7 +34,7 @@ from dsh_subagent.adapters.protocols import (
     ProjectionCache,
     ProjectionRegistry,
     Session,
-    SessionRecordLike,
+    SessionRecord,
 )
 from dsh_subagent.adapters.signals import AbortSignal, race_abort
 from dsh_subagent.core.errors import ErrorCode, SubagentError
@@ -76,7 +76,7 @@ class ListingPersistence(Protocol):
 
     async def list(self) -> Sequence[SessionHeader]: ...
 
-    async def inspect(self, session_id: SessionId) -> SessionRecordLike: ...
+    async def inspect(self, session_id: SessionId) -> SessionRecord: ...
 
 
 def _check_cancelled(signal: AbortSignal | None) -> None:

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from dsh_subagent.adapters.composition import apply_child_composition
+from dsh_subagent.adapters.child_composition import apply_child_composition
 from dsh_subagent.adapters.continuation_create import Creator, Services
 from dsh_subagent.adapters.continuation_engine import Emit, Engine, Routed
 from dsh_subagent.adapters.continuation_support import (
@@ -54,12 +54,12 @@ from dsh_subagent.adapters.continuation_types import (
 )
 from dsh_subagent.adapters.protocols import (
     Agent,
+    AgentRegistry,
     ApprovalPolicyService,
     SandboxPolicyService,
     SessionPersistence,
+    SessionStore,
 )
-from dsh_subagent.adapters.registry import AgentRegistry
-from dsh_subagent.adapters.session import SessionStore
 from dsh_subagent.adapters.setup_registry import ContinuableSetupRegistry
 from dsh_subagent.adapters.signals import AbortSignal
 from dsh_subagent.core.authority import AncestorInterrupt, UserInterrupt

@@ -25,12 +25,12 @@ Theory of operation
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import cast
 
 import attrs
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.clock import epoch_ms
 from dsh_subagent.adapters.continuation_engine import Engine, LiveChild, Routed, new_release
 from dsh_subagent.adapters.continuation_support import Barrier, ChildLocks, quietly
 from dsh_subagent.adapters.continuation_types import (
@@ -42,10 +42,17 @@ from dsh_subagent.adapters.continuation_types import (
 )
 from dsh_subagent.adapters.protocols import (
     Agent,
+    AgentHandle,
+    AgentRegistry,
     ApprovalPolicyService,
+    CreateOptions,
+    ResumeOptions,
     SandboxPolicyService,
+    SessionMeta,
     SessionPersistence,
-    SessionRecordLike,
+    SessionRecord,
+    SessionStore,
+    SetupCommit,
 )
 from dsh_subagent.adapters.providers.base import (
     ContinuableCreateRequest,
@@ -53,14 +60,6 @@ from dsh_subagent.adapters.providers.base import (
     can_prepare_continuable,
 )
 from dsh_subagent.adapters.providers.in_process import child_agent_options
-from dsh_subagent.adapters.registry import (
-    AgentHandle,
-    AgentRegistry,
-    CreateOptions,
-    ResumeOptions,
-    SetupCommit,
-)
-from dsh_subagent.adapters.session import LiveSession, SessionMeta, SessionStore
 from dsh_subagent.adapters.setup_registry import ContinuableSetupRegistry
 from dsh_subagent.adapters.signals import AbortController, AbortSignal, Scope, race_abort
 from dsh_subagent.core.authority import Denied, authorize_followup
@@ -88,15 +87,18 @@ from dsh_subagent.core.policy import (
 from dsh_subagent.core.residency import AgentStatus
 from dsh_subagent.core.values import (
     DESCRIPTOR_EVENT,
+    END_SEED,
     USER_SOURCE,
     AgentOptions,
     Content,
     ContinuableDescriptor,
+    JsonValue,
     MessageId,
     MessageSource,
     Mode,
     Origin,
     RunId,
+    SessionEvent,
     SessionId,
     ToolFilter,
 )
@@ -197,8 +199,7 @@ class Creator:
                     )
                 self._check_unused(child_id)
             prefix = prepared.seed
-            staged = LiveSession.detached(child_id, prefix)
-            staged.append(DESCRIPTOR_EVENT, descriptor_to_payload(descriptor))
+            seed = _seed_with_descriptor(prefix, descriptor_to_payload(descriptor), epoch_ms())
             header = parent.session.header
             options = CreateOptions(
                 session_id=child_id,
@@ -210,7 +211,7 @@ class Creator:
                     delegation_depth=depth,
                     agent_preset=header.agent_preset,
                 ),
-                seed=staged.events,
+                seed=seed,
                 agent_options=child_agent_options(parent.options, spec.agent_options, depth),
                 signal=signal,
                 setup=self._setup,
@@ -240,10 +241,10 @@ class Creator:
         policy: DelegatedPolicy,
         persona: str | None,
         tool_filter: ToolFilter | None,
-    ) -> Callable[[ReferenceAgent], None]:
+    ) -> Callable[[Agent], None]:
         """The unpublished window of a fresh child: policy events, then composition."""
 
-        def configure(child: ReferenceAgent) -> None:
+        def configure(child: Agent) -> None:
             for entry in delegation_log_entries(policy, fresh=True):
                 child.session.append(entry.type, entry.data)
             self._services.compose(child, parent, persona=persona, tool_filter=tool_filter)
@@ -300,7 +301,7 @@ class Creator:
         parent: Agent | None,
         signal: AbortSignal,
         descriptor: ContinuableDescriptor,
-        inspected: SessionRecordLike,
+        inspected: SessionRecord,
     ) -> None:
         """Materialize a resume: only the recorded route, no depth, composition again."""
         route = AgentOptions(provider=descriptor.agent_provider, model=descriptor.agent_model)
@@ -312,7 +313,7 @@ class Creator:
             inspected=inspected,
         )
 
-        def compose(agent: ReferenceAgent) -> None:
+        def compose(agent: Agent) -> None:
             # The registry offers no pre-publication hook on resume; its vetoable
             # ``agent/created`` runs before the handle returns, so a failure rolls back.
             if agent.id == child_id:
@@ -409,6 +410,18 @@ class Creator:
         override = None if sandbox is None else sandbox.override_of(parent.session)
         available = self._services.approval() is not None
         return capture_delegated_policy(override, approval_available=available)
+
+
+def _seed_with_descriptor(
+    prefix: Sequence[SessionEvent] | None, descriptor: JsonValue, now: float
+) -> tuple[SessionEvent, ...]:
+    """The child's seed: the provider's prefix closed by its end-seed marker (HARNESS-21),
+    then the descriptor as the child's first own event (DESC-12)."""
+    seed = list(prefix or ())
+    if prefix is not None and (not seed or seed[-1].type != END_SEED):
+        seed.append(SessionEvent(END_SEED, len(seed), now, {}))
+    seed.append(SessionEvent(DESCRIPTOR_EVENT, len(seed), now, descriptor))
+    return tuple(seed)
 
 
 __all__ = ["Creator", "Services"]

@@ -33,9 +33,14 @@ from typing import TypeAlias
 
 import attrs
 
-from dsh_subagent.adapters.protocols import CancelCause, InboxNotification, StatusNotification
-from dsh_subagent.adapters.registry import AgentHandle, AgentRegistry
-from dsh_subagent.adapters.session import SessionStore
+from dsh_subagent.adapters.protocols import (
+    AgentHandle,
+    AgentRegistry,
+    CancelCause,
+    InboxNotification,
+    SessionStore,
+    StatusNotification,
+)
 from dsh_subagent.adapters.signals import Unsubscribe
 from dsh_subagent.core import wire
 from dsh_subagent.core.authority import FollowupAuthority

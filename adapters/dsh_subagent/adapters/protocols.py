@@ -2,34 +2,42 @@
 
 Theory of operation
 -------------------
-1. The seam never imports a concrete harness: it codes against these protocols. The reference
-   asyncio harness (``session.py``, ``agent_loop.py``, ``registry.py``) implements them, and a
-   host may supply its own.
+1. The seam never imports a concrete harness: it codes against these protocols (an
+   import-linter contract forbids the seam from importing ``dsh_subagent.adapters.reference``).
+   The reference asyncio harness (``reference.session``, ``reference.agent_loop``,
+   ``reference.registry``, the persistence backends) implements them, and a host may supply
+   its own.
 2. Each method's docstring names the HARNESS rule (catalog section 17) it must honour. The
    synchronous methods (``send``/``followup``/``steer``/``inject``/``cancel``) must finish
    their splice, notifications and status change before returning (HARNESS-32).
 3. Only what the seam reads or calls is declared; everything else is the harness's business.
 4. Values shared by every implementation (cancel causes, inbox targets, notifications, model
-   requests and steps, tool calls) live here, frozen, so protocols and reference agree.
+   requests and steps, tools and tool calls, creation options, stored records) live here,
+   frozen, so protocols and reference agree; each exists once.
 """
 
 from __future__ import annotations
 
+import builtins
 import enum
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 import attrs
 
-from dsh_subagent.adapters.signals import AbortSignal, Emitter, Scope, Unsubscribe
+from dsh_subagent.adapters.signals import AbortSignal, Emitter, Scope, Subscribable, Unsubscribe
 from dsh_subagent.core.residency import AgentStatus as AgentStatus  # noqa: PLC0414 (re-export)
 from dsh_subagent.core.values import (
+    USER_SOURCE,
     AgentOptions,
     CancelKind,
     Content,
     JsonObject,
     JsonValue,
     MessageId,
+    MessageSource,
+    Origin,
     SessionEvent,
     SessionHeader,
     SessionId,
@@ -89,6 +97,82 @@ class ToolCall:
     id: str
     name: str
     arguments: JsonObject = attrs.field(factory=dict)
+
+
+def create_user_message(content: Content, source: MessageSource = USER_SOURCE) -> UserMessage:
+    """A frozen user message with a fresh random id (HARNESS-12)."""
+    return UserMessage(MessageId(f"msg-{uuid.uuid4().hex}"), tuple(content), source)
+
+
+@attrs.frozen
+class StepEntering:
+    """The pre-step decision was to enter ``step`` of ``turn`` (before ``step/start``)."""
+
+    agent: SessionId
+    turn: int
+    step: int
+
+
+@attrs.frozen
+class ToolOutcome:
+    """A tool's result; ``concludes`` ends the turn after this step."""
+
+    content: Content
+    is_error: bool = False
+    concludes: bool = False
+
+
+ToolHandler = Callable[[JsonObject, AbortSignal], Awaitable[ToolOutcome]]
+ToolGuard = Callable[[ToolCall], str | None]
+"""``guard(call) -> refusal text | None``: a non-``None`` text refuses the call."""
+
+
+@attrs.frozen
+class Tool:
+    """A named tool with an argument schema and an async handler."""
+
+    name: str
+    handler: ToolHandler = attrs.field(eq=False)
+    schema: JsonObject = attrs.field(factory=lambda: {"type": "object"})
+    description: str = ""
+
+
+@attrs.frozen
+class SessionMeta:
+    """The header fields a creator chooses for a new session (HARNESS-21); the store adds
+    the id, the version and, when ``created_at`` is ``None``, the time."""
+
+    cwd: str | None = None
+    parent_session: SessionId | None = None
+    seed_length: int | None = None
+    origin: Origin | None = None
+    delegation_depth: int | None = None
+    agent_preset: str | None = None
+    created_at: float | None = None
+
+
+@attrs.frozen
+class SessionRecord:
+    """A persisted session: its header and its whole event log."""
+
+    header: SessionHeader
+    events: tuple[SessionEvent, ...]
+
+
+@attrs.frozen
+class SessionSnapshot:
+    """A persisted header with its revision (the number of persisted events)."""
+
+    header: SessionHeader
+    revision: int
+
+
+@attrs.frozen
+class CachedProjection:
+    """A projection-cache row: the values folded from the first ``as_of_seq`` events."""
+
+    as_of_seq: int
+    values: Mapping[str, JsonValue]
 
 
 @attrs.frozen
@@ -155,6 +239,10 @@ class Session(Protocol):
         """Validate lossless JSON, assign seq and time, notify observers (HARNESS-20)."""
         ...
 
+    def observe(self, observer: Callable[[SessionEvent], object]) -> Unsubscribe:
+        """Call ``observer`` after every later append, synchronously (HARNESS-20)."""
+        ...
+
 
 class SessionStore(Protocol):
     """The live session store (HARNESS-19)."""
@@ -163,7 +251,7 @@ class SessionStore(Protocol):
         """The live session or ``None`` (HARNESS-19)."""
         ...
 
-    def list(self) -> list[Session]:
+    def list(self) -> Sequence[Session]:
         """Live sessions in creation order (HARNESS-19)."""
         ...
 
@@ -213,6 +301,21 @@ class Agent(Protocol):
         """``agent/status`` on every status transition (HARNESS-2)."""
         ...
 
+    @property
+    def step_entering(self) -> Subscribable[StepEntering]:
+        """Vetoable: the pre-step decision was to enter a step, before ``step/start``."""
+        ...
+
+    @property
+    def tools(self) -> AgentTools:
+        """The agent's own tool layer over the global tools (DRIVER-7/8)."""
+        ...
+
+    @property
+    def prompt(self) -> SystemPromptComposer:
+        """The agent's scoped system-prompt sections and runtime context (HARNESS-28)."""
+        ...
+
     def pending(self) -> tuple[MessageId, ...]:
         """Ids of the unclaimed messages, next-step first (HARNESS-10)."""
         ...
@@ -241,6 +344,10 @@ class Agent(Protocol):
         """Resolve once no driver and no maintenance is active (HARNESS-7)."""
         ...
 
+    def on_idle(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` once, when ``when_idle`` would resolve (a callback, no task)."""
+        ...
+
     def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> Awaitable[T]:
         """Run ``task`` from true idle only; status stays idle (HARNESS-8)."""
         ...
@@ -258,60 +365,112 @@ class AgentHandle(Protocol):
         ...
 
 
+class SetupCommit(Protocol):
+    """What ``setup`` may return: ``commit()`` runs synchronously before publication."""
+
+    def commit(self) -> None: ...
+
+
+AgentSetup = Callable[[Scope], Awaitable[SetupCommit | None]]
+AgentConfigure = Callable[[Agent], None]
+"""Synchronous composition of a not-yet-published agent (its registrations go on ``ctx``)."""
+
+
+@attrs.frozen
+class CreateOptions:
+    """``create`` options (HARNESS-15)."""
+
+    session_id: SessionId
+    meta: SessionMeta | None = None
+    seed: Sequence[SessionEvent] | None = None
+    agent_options: AgentOptions | None = None
+    signal: AbortSignal | None = attrs.field(default=None, eq=False)
+    setup: AgentSetup | None = attrs.field(default=None, eq=False)
+    configure: AgentConfigure | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class ResumeOptions:
+    """``resume`` options (HARNESS-15)."""
+
+    resume_session_id: SessionId
+    agent_options: AgentOptions | None = None
+    signal: AbortSignal | None = attrs.field(default=None, eq=False)
+    setup: AgentSetup | None = attrs.field(default=None, eq=False)
+    #: A record the caller has just read with ``inspect``: reused instead of a second read
+    #: when it needs no repair and the stored log still has its length (it only grows).
+    inspected: SessionRecord | None = attrs.field(default=None, eq=False)
+
+
 class AgentRegistry(Protocol):
-    """The agent registry (HARNESS-14)."""
+    """The agent registry (HARNESS-14 .. HARNESS-18)."""
 
     def get(self, agent_id: SessionId) -> Agent | None:
         """The live agent or ``None`` (HARNESS-14)."""
         ...
 
-
-class SessionPersistence(Protocol):
-    """Durable session storage (HARNESS-23); mirrors ``persistence.SessionPersistence``."""
-
-    async def list(self) -> Sequence[SessionHeader]:
-        """Stored headers in creation order (HARNESS-23)."""
+    def list(self) -> Sequence[Agent]:
+        """The live agents, in creation order."""
         ...
 
-    async def list_snapshots(self) -> Sequence[SessionSnapshotLike]:
-        """``{header, revision}`` per stored session (HARNESS-23)."""
+    @property
+    def store(self) -> SessionStore:
+        """The live session store the registry creates sessions in (HARNESS-19)."""
+        ...
+
+    @property
+    def created(self) -> Subscribable[Agent]:
+        """``agent/created``, vetoable: a raising listener rolls the creation back (HARNESS-16)."""
+        ...
+
+    @property
+    def disposed(self) -> Subscribable[Agent]:
+        """``agent/disposed`` (HARNESS-18)."""
+        ...
+
+    async def create(self, options: CreateOptions) -> AgentHandle:
+        """The create transaction (HARNESS-15, -16)."""
+        ...
+
+    async def resume(self, options: ResumeOptions) -> AgentHandle:
+        """The resume transaction over the repairing load (HARNESS-15, -17)."""
+        ...
+
+
+class SessionPersistence(Protocol):
+    """Durable session storage (HARNESS-23)."""
+
+    async def list(self) -> builtins.list[SessionHeader]:
+        """Every stored header, in creation order (HARNESS-23)."""
+        ...
+
+    async def list_snapshots(self) -> builtins.list[SessionSnapshot]:
+        """Every stored header with its revision, in creation order (HARNESS-23)."""
         ...
 
     async def revision(self, session_id: SessionId) -> int | None:
         """Stored event count, None when no row exists (cheap; used by flush, HARNESS-19)."""
         ...
 
-    async def inspect(self, session_id: SessionId) -> SessionRecordLike:
-        """The stored log, never mutating storage (HARNESS-23)."""
+    async def inspect(self, session_id: SessionId) -> SessionRecord:
+        """The stored log as it is, never mutating storage (HARNESS-23)."""
         ...
 
-    async def load(self, session_id: SessionId) -> SessionRecordLike:
-        """The stored log, durably closing an interrupted tail (HARNESS-17, -23)."""
+    async def load(self, session_id: SessionId) -> SessionRecord:
+        """The stored log, after durably closing an interrupted tail (HARNESS-17, -23)."""
         ...
 
-    async def create(self, header: SessionHeader, events: Sequence[SessionEvent]) -> None: ...
+    async def create(self, header: SessionHeader, events: Sequence[SessionEvent]) -> None:
+        """Store a new session whose log starts at seq 0."""
+        ...
 
-    async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None: ...
+    async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
+        """Append events that continue the stored log exactly."""
+        ...
 
-
-class SessionSnapshotLike(Protocol):
-    """A stored header and its revision (``persistence.SessionSnapshot``)."""
-
-    @property
-    def header(self) -> SessionHeader: ...
-
-    @property
-    def revision(self) -> int: ...
-
-
-class SessionRecordLike(Protocol):
-    """A stored session (``persistence.SessionRecord``)."""
-
-    @property
-    def header(self) -> SessionHeader: ...
-
-    @property
-    def events(self) -> tuple[SessionEvent, ...]: ...
+    async def close(self) -> None:
+        """Release the backend; later calls raise ``PERSISTENCE_UNAVAILABLE``."""
+        ...
 
 
 class ProjectionRegistry(Protocol):
@@ -329,19 +488,18 @@ class ProjectionRegistry(Protocol):
 
 
 class ProjectionCache(Protocol):
-    """Persisted projection checkpoints (HARNESS-26)."""
+    """Durable projection checkpoints (HARNESS-26)."""
 
-    async def cached_snapshot(self, header: SessionHeader) -> CachedProjectionLike | None:
-        """``{as_of_seq, values}`` or ``None``; may raise on a damaged row (HARNESS-26)."""
+    async def cached_snapshot(self, header: SessionHeader) -> CachedProjection | None:
+        """The cached values for this exact session lifecycle, or ``None``; may raise on a
+        damaged row (HARNESS-26)."""
         ...
 
-
-class CachedProjectionLike(Protocol):
-    @property
-    def as_of_seq(self) -> int: ...
-
-    @property
-    def values(self) -> Mapping[str, JsonValue]: ...
+    async def store_projection(
+        self, session_id: SessionId, as_of_seq: int, values: Mapping[str, JsonValue]
+    ) -> None:
+        """Record values folded from the first ``as_of_seq`` events of the session."""
+        ...
 
 
 class SandboxPolicyService(Protocol):
@@ -366,6 +524,36 @@ class SystemPromptComposer(Protocol):
     def context(self, name: str, order: int, text: str) -> Unsubscribe: ...
 
     def section(self, name: str, order: int, text: str) -> Unsubscribe: ...
+
+
+class ToolHost(Protocol):
+    """A registry the seam registers its model-facing tools in."""
+
+    def register(self, tool: Tool) -> Unsubscribe:
+        """Add ``tool``; a taken name raises; the disposer removes it once."""
+        ...
+
+    def get(self, name: str) -> Tool | None:
+        """The visible tool called ``name``, or ``None``."""
+        ...
+
+    def names(self) -> tuple[str, ...]:
+        """The visible tool names, in registration order."""
+        ...
+
+
+class AgentTools(ToolHost, Protocol):
+    """One agent's tool layer: child-local tools, scoped restrictions and call guards."""
+
+    def install_restriction(
+        self, *, allow: Sequence[str] | None = None, deny: Sequence[str] | None = None
+    ) -> Unsubscribe:
+        """Restrict the global tools this layer shows (unknown names raise, DRIVER-8)."""
+        ...
+
+    def add_guard(self, guard: ToolGuard) -> Unsubscribe:
+        """Refuse calls for which ``guard`` returns a reason (checked before execution)."""
+        ...
 
 
 class ToolRestrictor(Protocol):

@@ -55,10 +55,12 @@ from dsh_subagent.adapters.projections import (
 )
 from dsh_subagent.adapters.protocols import (
     Agent,
+    AgentRegistry,
     ApprovalPolicyService,
     ProjectionCache,
     SandboxPolicyService,
     SessionPersistence,
+    SessionStore,
 )
 from dsh_subagent.adapters.providers.base import (
     EventIds,
@@ -69,9 +71,7 @@ from dsh_subagent.adapters.providers.base import (
     can_prepare_continuable,
     render_error,
 )
-from dsh_subagent.adapters.registry import AgentRegistry
 from dsh_subagent.adapters.schema import check_output_schema
-from dsh_subagent.adapters.session import SessionStore
 from dsh_subagent.adapters.setup_registry import ContinuableSetupRegistry, SetupContribution
 from dsh_subagent.adapters.signals import AbortSignal, Unsubscribe
 from dsh_subagent.core import oneshot

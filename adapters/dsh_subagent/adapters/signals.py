@@ -26,10 +26,11 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 P = TypeVar("P")
+P_co = TypeVar("P_co", covariant=True)
 
 _log = logging.getLogger(__name__)
 
@@ -64,6 +65,12 @@ class _Subscription:
         emitter, self._emitter = self._emitter, None
         if emitter is not None and emitter._listeners is not None:
             emitter._listeners.pop(self._token, None)
+
+
+class Subscribable(Protocol[P_co]):
+    """The listening side of an emitter (covariant: an emitter of a subtype satisfies it)."""
+
+    def subscribe(self, listener: Callable[[P_co], object], /) -> Unsubscribe: ...
 
 
 class Emitter(Generic[P]):

@@ -18,9 +18,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from dsh_subagent.adapters.harness import ReferenceHarness
 from dsh_subagent.adapters.protocols import Model
-from dsh_subagent.adapters.session import LiveSession
+from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.session import LiveSession
 from dsh_subagent.core.listing import ChildRow, DescendantRow, ListingDiagnostic
 from dsh_subagent.core.values import AgentOptions, SessionId
 

@@ -29,11 +29,11 @@ from dsh_subagent.adapters.continuation_types import (
     ContinuableStartSpec,
     ParentAgent,
 )
-from dsh_subagent.adapters.harness import ReferenceHarness
 from dsh_subagent.adapters.protocols import Agent, ModelRequest, ModelStep
 from dsh_subagent.adapters.providers.base import StartRequest
+from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.session import LiveSession
 from dsh_subagent.adapters.service import LifecyclePayload
-from dsh_subagent.adapters.session import LiveSession
 from dsh_subagent.adapters.signals import AbortController, race_abort
 from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
 from dsh_subagent.core.listing import ChildRow, DescendantRow, ListingDiagnostic

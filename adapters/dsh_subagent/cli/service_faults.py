@@ -23,8 +23,6 @@ from typing import TypeVar
 import attrs
 from hypothesis import strategies as st
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
-from dsh_subagent.adapters.harness import ReferenceHarness
 from dsh_subagent.adapters.protocols import ModelRequest, ModelStep
 from dsh_subagent.adapters.providers.base import (
     ContinuableCreateRequest,
@@ -33,9 +31,11 @@ from dsh_subagent.adapters.providers.base import (
 )
 from dsh_subagent.adapters.providers.in_process import InProcessRun
 from dsh_subagent.adapters.providers.spawn import SpawnProvider
-from dsh_subagent.adapters.session import LiveSession
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.session import LiveSession
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.adapters.signals import race_abort
-from dsh_subagent.adapters.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core.values import AgentOptions, SessionEvent, SessionId, TextBlock
 
 T = TypeVar("T")

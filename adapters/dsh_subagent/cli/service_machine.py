@@ -49,7 +49,6 @@ from hypothesis.stateful import (
     rule,
 )
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
 from dsh_subagent.adapters.continuation_types import (
     AncestorAuthority,
     ContinuableStartSpec,
@@ -61,6 +60,7 @@ from dsh_subagent.adapters.providers.base import (
     StartRequest,
     SubagentRun,
 )
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
 from dsh_subagent.adapters.service import LifecyclePayload
 from dsh_subagent.adapters.signals import AbortController, AbortSignal
 from dsh_subagent.cli.service_faults import (

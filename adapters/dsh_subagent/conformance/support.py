@@ -22,10 +22,10 @@ import importlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from dsh_subagent.adapters.harness import ReferenceHarness
 from dsh_subagent.adapters.protocols import Model, ModelRequest, ModelStep
-from dsh_subagent.adapters.scripted_model import ScriptedModel, ScriptItem, reply
-from dsh_subagent.adapters.session import LiveSession
+from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.scripted_model import ScriptedModel, ScriptItem, reply
+from dsh_subagent.adapters.reference.session import LiveSession
 from dsh_subagent.core.errors import invalid
 from dsh_subagent.core.values import AgentOptions, SessionId
 

@@ -11,11 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from dsh_subagent.adapters.agent_loop import create_user_message
-from dsh_subagent.adapters.harness import ReferenceHarness
-from dsh_subagent.adapters.protocols import Agent, AgentStatus, CancelCause, InboxNotification
-from dsh_subagent.adapters.registry import CreateOptions
-from dsh_subagent.adapters.scripted_model import Gate, Gated, fail, hit_max_tokens, reply
+from dsh_subagent.adapters.protocols import (
+    Agent,
+    AgentStatus,
+    CancelCause,
+    CreateOptions,
+    InboxNotification,
+    create_user_message,
+)
+from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, fail, hit_max_tokens, reply
 from dsh_subagent.adapters.signals import AbortSignal, Scope
 from dsh_subagent.conformance.support import HarnessFactory, ModelBook, run
 from dsh_subagent.core import wire

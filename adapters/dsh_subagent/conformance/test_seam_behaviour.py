@@ -12,7 +12,7 @@ from dsh_subagent.adapters.continuation_types import (
 )
 from dsh_subagent.adapters.protocols import Agent
 from dsh_subagent.adapters.providers.base import StartRequest
-from dsh_subagent.adapters.scripted_model import Gate, Gated, fail, reply
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, fail, reply
 from dsh_subagent.adapters.service import LifecyclePayload
 from dsh_subagent.adapters.signals import AbortController
 from dsh_subagent.conformance.support import HarnessFactory, ModelBook, run

@@ -20,9 +20,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from dsh_subagent.adapters.agent_loop import create_user_message
-from dsh_subagent.adapters.harness import ReferenceHarness
-from dsh_subagent.adapters.protocols import Agent, CancelCause, InboxNotification
+from dsh_subagent.adapters.protocols import (
+    Agent,
+    CancelCause,
+    InboxNotification,
+    create_user_message,
+)
+from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.conformance.support import HarnessFactory, ModelBook
 from dsh_subagent.core.inbox import MessageLedger, ledger_of
 from dsh_subagent.core.values import CancelKind, MessageId, TextBlock

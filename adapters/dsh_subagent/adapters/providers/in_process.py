@@ -38,25 +38,31 @@ from typing import Final
 
 import attrs
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent, StepEntering, create_user_message
-from dsh_subagent.adapters.composition import apply_child_composition
+from dsh_subagent.adapters.child_composition import apply_child_composition
 from dsh_subagent.adapters.protocols import (
+    Agent,
+    AgentHandle,
+    AgentRegistry,
     ApprovalPolicyService,
     CancelCause,
+    CreateOptions,
     PresetRoster,
     SandboxPolicyService,
+    Session,
+    SessionMeta,
+    StepEntering,
+    Tool,
     ToolCall,
+    ToolOutcome,
+    create_user_message,
 )
 from dsh_subagent.adapters.providers.base import (
     DrivenRun,
     ResolvedStartRequest,
     aborted_before_publication,
 )
-from dsh_subagent.adapters.registry import AgentHandle, AgentRegistry, CreateOptions
 from dsh_subagent.adapters.schema import schema_violations
-from dsh_subagent.adapters.session import LiveSession, SessionMeta
 from dsh_subagent.adapters.signals import AbortSignal, Scope, race_abort
-from dsh_subagent.adapters.tool_registry import Tool, ToolOutcome
 from dsh_subagent.core.depth import child_depth, delegation_depth_of, fresh_child_options
 from dsh_subagent.core.descriptor import descriptor_to_payload
 from dsh_subagent.core.errors import invalid
@@ -96,7 +102,7 @@ STRUCTURED_INSTRUCTION: Final = (
 STRUCTURED_ACK: Final = "Structured output recorded."
 PARENT_CANCEL: Final = CancelCause(CancelKind.PARENT)
 
-ChildSetup = Callable[[ReferenceAgent, AbortSignal], Awaitable[None]]
+ChildSetup = Callable[[Agent, AbortSignal], Awaitable[None]]
 """A host contribution awaited in the child's unpublished creation window."""
 
 
@@ -131,7 +137,7 @@ def child_agent_options(
 class StructuredCapture:
     """The forced, child-scoped capture tool of a structured run (rule 5)."""
 
-    def __init__(self, child: ReferenceAgent, session: LiveSession, schema: JsonObject) -> None:
+    def __init__(self, child: Agent, session: Session, schema: JsonObject) -> None:
         self.captured: Captured | None = None
         self._schema = schema
         self._staged: collections.deque[JsonValue] = collections.deque()
@@ -180,7 +186,7 @@ class InProcessRun(DrivenRun):
         self,
         host: InProcessHost,
         request: ResolvedStartRequest,
-        parent: ReferenceAgent,
+        parent: Agent,
         seed: tuple[SessionEvent, ...] | None,
     ) -> None:
         core = request.request
@@ -202,7 +208,7 @@ class InProcessRun(DrivenRun):
         self._own_from = len(seed) if seed else 0
         self._capture: StructuredCapture | None = None
         self._handle: AgentHandle | None = None
-        self._child: ReferenceAgent | None = None
+        self._child: Agent | None = None
         self._unlink_parent: Callable[[], None] = lambda: None
 
     @property
@@ -210,7 +216,7 @@ class InProcessRun(DrivenRun):
         return self._child_id
 
     @property
-    def local_agent(self) -> ReferenceAgent | None:
+    def local_agent(self) -> Agent | None:
         return self._child
 
     async def start(self) -> InProcessRun:
@@ -242,14 +248,12 @@ class InProcessRun(DrivenRun):
         self._child = self._handle.agent
         self._unlink_parent = self._host.agents.disposed.subscribe(self._on_agent_disposed)
 
-    def _on_agent_disposed(self, agent: ReferenceAgent) -> None:
+    def _on_agent_disposed(self, agent: Agent) -> None:
         if agent is self._parent and self._handle is not None:
             self._handle.dispose()  # the parent owns its children: its disposal cascades
 
-    def _configure(self, child: ReferenceAgent) -> None:
+    def _configure(self, child: Agent) -> None:
         session = child.session
-        if not isinstance(session, LiveSession):
-            raise invalid("child.session", "an in-process child needs a LiveSession")
         for entry in delegation_log_entries(self._policy, fresh=True):
             session.append(entry.type, entry.data)
         core = self._request.request
@@ -327,8 +331,9 @@ async def start_in_process(
 ) -> InProcessRun:
     """Start a one-shot in-process child (the shared driver behind spawn and fork)."""
     parent = request.parent
-    if not isinstance(parent, ReferenceAgent):
-        raise invalid("request.parent", "an in-process provider needs a reference-harness agent")
+    agent_id = getattr(parent, "id", None)
+    if not isinstance(agent_id, str) or host.agents.get(SessionId(agent_id)) is not parent:
+        raise invalid("request.parent", "must be a live agent of this provider's registry")
     return await InProcessRun(host, request, parent, seed).start()
 
 

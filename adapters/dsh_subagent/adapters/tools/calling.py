@@ -27,13 +27,11 @@ import contextvars
 from collections.abc import Iterator
 from typing import Final
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
-from dsh_subagent.adapters.protocols import ToolCall
-from dsh_subagent.adapters.registry import AgentRegistry
+from dsh_subagent.adapters.protocols import Agent, AgentRegistry, ToolCall
 from dsh_subagent.adapters.signals import Unsubscribe
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 
-_Binding = tuple[ReferenceAgent, "asyncio.Task[object] | None"]
+_Binding = tuple[Agent, "asyncio.Task[object] | None"]
 _CALLER: Final[contextvars.ContextVar[_Binding | None]] = contextvars.ContextVar(
     "dsh_subagent_calling_agent", default=None
 )
@@ -46,7 +44,7 @@ def _current_task() -> asyncio.Task[object] | None:
         return None
 
 
-def calling_agent() -> ReferenceAgent | None:
+def calling_agent() -> Agent | None:
     """The agent whose tool call is running in this task, or None (rules 1-2)."""
     binding = _CALLER.get()
     if binding is None or binding[1] is not _current_task():
@@ -63,7 +61,7 @@ def missing_caller(tool_name: str) -> SubagentError:
     )
 
 
-def require_caller(tool_name: str) -> ReferenceAgent:
+def require_caller(tool_name: str) -> Agent:
     """The calling agent, or ``missing_caller(tool_name)`` (rule 4)."""
     agent = calling_agent()
     if agent is None:
@@ -71,7 +69,7 @@ def require_caller(tool_name: str) -> ReferenceAgent:
     return agent
 
 
-def bind(agent: ReferenceAgent) -> Unsubscribe:
+def bind(agent: Agent) -> Unsubscribe:
     """Record ``agent`` as the caller of every tool its own layer executes (rule 1)."""
 
     def record(_call: ToolCall) -> None:
@@ -83,7 +81,7 @@ def bind(agent: ReferenceAgent) -> Unsubscribe:
 
 
 @contextlib.contextmanager
-def acting_as(agent: ReferenceAgent) -> Iterator[None]:
+def acting_as(agent: Agent) -> Iterator[None]:
     """Within the block, tools called from this task see ``agent`` as their caller (rule 4)."""
     token = _CALLER.set((agent, _current_task()))
     try:
@@ -98,7 +96,7 @@ class CallingAgents:
     def __init__(self) -> None:
         self._bound: set[int] = set()
 
-    def _bind_once(self, agent: ReferenceAgent) -> None:
+    def _bind_once(self, agent: Agent) -> None:
         if id(agent) not in self._bound:
             self._bound.add(id(agent))
             bind(agent)

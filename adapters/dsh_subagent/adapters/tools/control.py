@@ -19,10 +19,9 @@ from __future__ import annotations
 from typing import Final
 
 from dsh_subagent.adapters.continuation_types import AncestorAuthority, ParentAgent
-from dsh_subagent.adapters.protocols import AgentStatus
+from dsh_subagent.adapters.protocols import AgentStatus, Tool, ToolHost, ToolOutcome
 from dsh_subagent.adapters.service import SubagentService
 from dsh_subagent.adapters.signals import AbortSignal, Unsubscribe
-from dsh_subagent.adapters.tool_registry import Tool, ToolOutcome, ToolRegistry
 from dsh_subagent.adapters.tools.calling import require_caller
 from dsh_subagent.adapters.tools.schemas import Wording, guarded, parameters, translate
 from dsh_subagent.core.errors import ErrorCode
@@ -218,7 +217,7 @@ class ControlTools:
             Tool("list_agents", self.list_agents, LIST_SCHEMA, LIST_DESCRIPTION),
         )
 
-    def register(self, tools: ToolRegistry) -> Unsubscribe:
+    def register(self, tools: ToolHost) -> Unsubscribe:
         """Register the three tools globally (CTRL-1); the disposer removes them."""
         removers = [tools.register(tool) for tool in self.tools()]
 

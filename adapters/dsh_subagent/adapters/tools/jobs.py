@@ -39,10 +39,14 @@ from typing import Final
 
 import attrs
 
-from dsh_subagent.adapters.agent_loop import create_user_message
-from dsh_subagent.adapters.protocols import Agent, AgentStatus, InboxNotification
+from dsh_subagent.adapters.protocols import (
+    Agent,
+    AgentRegistry,
+    AgentStatus,
+    InboxNotification,
+    create_user_message,
+)
 from dsh_subagent.adapters.providers.base import SubagentRun
-from dsh_subagent.adapters.registry import AgentRegistry
 from dsh_subagent.adapters.signals import AbortSignal, race_abort
 from dsh_subagent.adapters.tools.schemas import (
     ToolFailure,

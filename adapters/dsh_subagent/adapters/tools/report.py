@@ -21,11 +21,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
-from dsh_subagent.adapters.registry import AgentRegistry
+from dsh_subagent.adapters.protocols import Agent, AgentRegistry, Tool, ToolOutcome
 from dsh_subagent.adapters.service import SubagentService
 from dsh_subagent.adapters.signals import AbortSignal, Scope, Unsubscribe
-from dsh_subagent.adapters.tool_registry import Tool, ToolOutcome
 from dsh_subagent.adapters.tools.control import DRAINING_TEXT
 from dsh_subagent.adapters.tools.schemas import Wording, guarded, parameters, translate
 from dsh_subagent.core.errors import ErrorCode, invalid
@@ -114,14 +112,14 @@ class ReportTool:
 
         return release
 
-    def _on_created(self, agent: ReferenceAgent) -> None:
+    def _on_created(self, agent: Agent) -> None:
         removers = self._pending.pop(id(agent.ctx), None)
         if removers is None:
             return
         removers.append(agent.tools.register(self.tool_for(agent)))
         removers.append(agent.prompt.section(REPORT_SECTION, REPORT_SECTION_ORDER, REPORT_GUIDANCE))
 
-    def tool_for(self, child: ReferenceAgent) -> Tool:
+    def tool_for(self, child: Agent) -> Tool:
         """The ``report`` tool bound to ``child`` (rule 2)."""
 
         async def report(arguments: JsonObject, signal: AbortSignal) -> ToolOutcome:

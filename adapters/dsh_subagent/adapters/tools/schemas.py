@@ -24,8 +24,8 @@ from typing import Final
 
 import jsonschema
 
+from dsh_subagent.adapters.protocols import ToolOutcome
 from dsh_subagent.adapters.signals import AbortSignal
-from dsh_subagent.adapters.tool_registry import ToolOutcome
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import JsonObject, JsonValue, TextBlock
 

@@ -27,9 +27,8 @@ import logging
 import weakref
 from typing import Final
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
-from dsh_subagent.adapters.composition import PromptComposer
 from dsh_subagent.adapters.continuation_types import ContinuableStartSpec
+from dsh_subagent.adapters.protocols import Agent, SystemPromptComposer, Tool, ToolHost, ToolOutcome
 from dsh_subagent.adapters.providers.base import (
     StartRequest,
     SubagentProvider,
@@ -37,7 +36,6 @@ from dsh_subagent.adapters.providers.base import (
 )
 from dsh_subagent.adapters.service import LifecyclePayload, SubagentService
 from dsh_subagent.adapters.signals import AbortController, AbortSignal, Unsubscribe
-from dsh_subagent.adapters.tool_registry import Tool, ToolOutcome, ToolRegistry
 from dsh_subagent.adapters.tools.calling import require_caller
 from dsh_subagent.adapters.tools.jobs import (
     JobHooks,
@@ -69,7 +67,7 @@ from dsh_subagent.core.values import JsonObject, KnownStop, SubagentResult, Text
 
 _log = logging.getLogger(__name__)
 
-_RESERVED: Final[weakref.WeakKeyDictionary[ToolRegistry, set[str]]] = weakref.WeakKeyDictionary()
+_RESERVED: Final[weakref.WeakKeyDictionary[ToolHost, set[str]]] = weakref.WeakKeyDictionary()
 
 
 class SubagentTool:
@@ -78,11 +76,11 @@ class SubagentTool:
     def __init__(
         self,
         service: SubagentService,
-        tools: ToolRegistry,
+        tools: ToolHost,
         config: SubagentToolConfig,
         *,
         jobs: JobRegistry | None = None,
-        prompt: PromptComposer | None = None,
+        prompt: SystemPromptComposer | None = None,
     ) -> None:
         if not isinstance(config, SubagentToolConfig):
             raise invalid("config", "must be a SubagentToolConfig")
@@ -210,9 +208,7 @@ class SubagentTool:
             return flag
         return self.config.background_mode is BackgroundMode.CONTINUABLE
 
-    def request(
-        self, caller: ReferenceAgent, arguments: JsonObject, signal: AbortSignal
-    ) -> StartRequest:
+    def request(self, caller: Agent, arguments: JsonObject, signal: AbortSignal) -> StartRequest:
         """The one request every route builds (TOOL-18)."""
         config = self.config
         return StartRequest(
@@ -226,7 +222,7 @@ class SubagentTool:
             agent_options=config.agent_options,
         )
 
-    def _depth_error(self, caller: ReferenceAgent, error: Exception) -> Exception:
+    def _depth_error(self, caller: Agent, error: Exception) -> Exception:
         """Depth and capability refusals in the catalog's words (TOOL-26, TOOL-27)."""
         if not isinstance(error, SubagentError):
             return error
@@ -249,7 +245,7 @@ class SubagentTool:
         return SubagentError(error.code, text, field=error.field, cause=error)
 
     async def call(
-        self, caller: ReferenceAgent, arguments: JsonObject, signal: AbortSignal
+        self, caller: Agent, arguments: JsonObject, signal: AbortSignal
     ) -> SubagentValue:
         """Run one call for ``caller``; failures raise with the model-facing message."""
         try:
@@ -258,7 +254,7 @@ class SubagentTool:
             raise self._depth_error(caller, error) from error
 
     async def _route(
-        self, caller: ReferenceAgent, arguments: JsonObject, signal: AbortSignal
+        self, caller: Agent, arguments: JsonObject, signal: AbortSignal
     ) -> SubagentValue:
         if not self._background(arguments):
             return await self._foreground(self.request(caller, arguments, signal))
@@ -307,7 +303,7 @@ class SubagentTool:
         assert result is not None  # no failure means the result resolved
         return ForegroundValue(run.id, result.output)
 
-    def _start_job(self, caller: ReferenceAgent, arguments: JsonObject) -> BackgroundValue:
+    def _start_job(self, caller: Agent, arguments: JsonObject) -> BackgroundValue:
         """Register the task first; its starter owns a fresh signal (BG-1..8)."""
         jobs = self.jobs
         if jobs is None:

@@ -22,9 +22,8 @@ import json
 from collections.abc import Callable
 from typing import Final
 
-from dsh_subagent.adapters.composition import PromptComposer
+from dsh_subagent.adapters.protocols import SystemPromptComposer, Tool, ToolHost, ToolOutcome
 from dsh_subagent.adapters.signals import AbortSignal
-from dsh_subagent.adapters.tool_registry import Tool, ToolOutcome, ToolRegistry
 from dsh_subagent.adapters.tools.calling import require_caller
 from dsh_subagent.adapters.tools.jobs import JobRegistry, JobSnapshot, status_line
 from dsh_subagent.adapters.tools.schemas import ToolFailure, guarded, parameters
@@ -165,10 +164,10 @@ def task_tools(
 
 
 def register_task_tools(
-    tools: ToolRegistry,
+    tools: ToolHost,
     jobs: JobRegistry,
     *,
-    prompt: PromptComposer | None = None,
+    prompt: SystemPromptComposer | None = None,
     **timeouts: int,
 ) -> Callable[[], None]:
     """Register the task tools and the ``tool:jobs`` guidance (BG-38); the disposer removes

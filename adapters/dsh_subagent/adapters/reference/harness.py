@@ -18,25 +18,24 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
-from dsh_subagent.adapters.composition import PromptComposer
-from dsh_subagent.adapters.persistence import InMemoryPersistence
 from dsh_subagent.adapters.projections import SessionProjectionRegistry
-from dsh_subagent.adapters.protocols import Model
+from dsh_subagent.adapters.protocols import CreateOptions, Model, ResumeOptions, SessionMeta
 from dsh_subagent.adapters.providers.fork import ForkProvider
 from dsh_subagent.adapters.providers.in_process import InProcessHost
 from dsh_subagent.adapters.providers.spawn import SpawnProvider
-from dsh_subagent.adapters.registry import AgentRegistry, CreateOptions, ResumeOptions
-from dsh_subagent.adapters.service import SubagentService
-from dsh_subagent.adapters.session import (
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.composition import PromptComposer
+from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+from dsh_subagent.adapters.reference.registry import AgentRegistry
+from dsh_subagent.adapters.reference.session import (
     LiveSession,
-    SessionMeta,
     SessionStore,
     bind_persistence,
     persist_tail,
 )
-from dsh_subagent.adapters.sqlite_persistence import SqlitePersistence
-from dsh_subagent.adapters.tool_registry import ScopedTools, ToolRegistry
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
+from dsh_subagent.adapters.reference.tool_registry import ScopedTools, ToolRegistry
+from dsh_subagent.adapters.service import SubagentService
 from dsh_subagent.core.values import AgentOptions, SessionId
 
 ModelFor = Callable[[LiveSession, AgentOptions], Model]

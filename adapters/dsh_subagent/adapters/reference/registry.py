@@ -24,69 +24,35 @@ Theory of operation
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable
 
 import attrs
 
-from dsh_subagent.adapters.agent_loop import ReferenceAgent
-from dsh_subagent.adapters.persistence import open_turn
 from dsh_subagent.adapters.protocols import (
+    AgentConfigure,
+    AgentSetup,
     CancelCause,
+    CreateOptions,
+    ResumeOptions,
     SessionPersistence,
-    SessionRecordLike,
+    SessionRecord,
     SessionStartSource,
 )
-from dsh_subagent.adapters.session import LiveSession, SessionMeta, SessionStore
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.persistence import open_turn
+from dsh_subagent.adapters.reference.session import LiveSession, SessionStore
 from dsh_subagent.adapters.signals import (
     AbortController,
     AbortSignal,
     Emitter,
-    Scope,
     any_signal,
     race_abort,
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_str
-from dsh_subagent.core.values import AgentOptions, CancelKind, SessionEvent, SessionId
+from dsh_subagent.core.values import AgentOptions, CancelKind, SessionId
 
-
-class SetupCommit(Protocol):
-    """What ``setup`` may return: ``commit()`` runs synchronously before publication."""
-
-    def commit(self) -> None: ...
-
-
-AgentSetup = Callable[[Scope], Awaitable[SetupCommit | None]]
 AgentFactory = Callable[[LiveSession, AgentOptions], ReferenceAgent]
-AgentConfigure = Callable[[ReferenceAgent], None]
-"""Synchronous composition of a not-yet-published agent (its registrations go on ``ctx``)."""
-
-
-@attrs.frozen
-class CreateOptions:
-    """``create`` options (HARNESS-15)."""
-
-    session_id: SessionId
-    meta: SessionMeta | None = None
-    seed: Sequence[SessionEvent] | None = None
-    agent_options: AgentOptions | None = None
-    signal: AbortSignal | None = attrs.field(default=None, eq=False)
-    setup: AgentSetup | None = attrs.field(default=None, eq=False)
-    configure: AgentConfigure | None = attrs.field(default=None, eq=False)
-
-
-@attrs.frozen
-class ResumeOptions:
-    """``resume`` options (HARNESS-15)."""
-
-    resume_session_id: SessionId
-    agent_options: AgentOptions | None = None
-    signal: AbortSignal | None = attrs.field(default=None, eq=False)
-    setup: AgentSetup | None = attrs.field(default=None, eq=False)
-    #: A record the caller has just read with ``inspect``: reused instead of a second read
-    #: when it needs no repair and the stored log still has its length (it only grows).
-    inspected: SessionRecordLike | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -101,8 +67,8 @@ DISPOSED: CancelCause = CancelCause(CancelKind.DISPOSED)
 
 
 async def _load(
-    persistence: SessionPersistence, session_id: SessionId, inspected: SessionRecordLike | None
-) -> SessionRecordLike:
+    persistence: SessionPersistence, session_id: SessionId, inspected: SessionRecord | None
+) -> SessionRecord:
     """The repairing load, skipped when ``inspected`` is whole and still current."""
     if (
         inspected is not None

@@ -34,13 +34,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
 
-from dsh_subagent.adapters.composition import PromptComposer
 from dsh_subagent.adapters.protocols import (
     AgentStatus,
     CancelCause,
@@ -50,7 +48,10 @@ from dsh_subagent.adapters.protocols import (
     ModelRequest,
     Session,
     StatusNotification,
+    StepEntering,
 )
+from dsh_subagent.adapters.reference.composition import PromptComposer
+from dsh_subagent.adapters.reference.tool_registry import ScopedTools, ToolRegistry
 from dsh_subagent.adapters.signals import (
     AbortController,
     AbortSignal,
@@ -59,7 +60,6 @@ from dsh_subagent.adapters.signals import (
     abortable,
     race_abort,
 )
-from dsh_subagent.adapters.tool_registry import ScopedTools, ToolRegistry
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_int
@@ -73,14 +73,11 @@ from dsh_subagent.core.values import (
     TURN_END,
     TURN_START,
     USER_MESSAGE,
-    USER_SOURCE,
     AgentOptions,
     CancelKind,
-    Content,
     DataBlock,
     JsonValue,
     MessageId,
-    MessageSource,
     SessionId,
     TurnEndReason,
     UserMessage,
@@ -91,11 +88,6 @@ PreStepHook = Callable[[tuple[UserMessage, ...], int, int, AbortSignal], Awaitab
 """``(claimed, turn, step, signal) -> enter?``; returning False ends the turn ``blocked``."""
 
 _log = logging.getLogger(__name__)
-
-
-def create_user_message(content: Content, source: MessageSource = USER_SOURCE) -> UserMessage:
-    """A frozen user message with a fresh random id (HARNESS-12)."""
-    return UserMessage(MessageId(f"msg-{uuid.uuid4().hex}"), tuple(content), source)
 
 
 def _corrupt(seq: int, why: str) -> SubagentError:
@@ -194,15 +186,6 @@ class _Inbox:
         """Durably cancel everything pending, next-step before next-turn (HARNESS-5)."""
         for target in (InboxTarget.NEXT_STEP, InboxTarget.NEXT_TURN):
             self.splice(target, 0, len(self._lists[target]), canceled=True)
-
-
-@attrs.frozen
-class StepEntering:
-    """The pre-step decision was to enter ``step`` of ``turn`` (before ``step/start``)."""
-
-    agent: SessionId
-    turn: int
-    step: int
 
 
 @attrs.define

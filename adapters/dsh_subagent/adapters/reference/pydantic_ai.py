@@ -59,10 +59,10 @@ from pydantic_ai.messages import ModelRequest as PydanticRequest
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import ToolDefinition
 
-from dsh_subagent.adapters.harness import ReferenceHarness
 from dsh_subagent.adapters.protocols import Model, ModelRequest, ModelStep, ToolCall
-from dsh_subagent.adapters.session import LiveSession
-from dsh_subagent.adapters.tool_registry import ToolRegistry
+from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.session import LiveSession
+from dsh_subagent.adapters.reference.tool_registry import ToolRegistry
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (

@@ -1,4 +1,5 @@
-"""Session persistence: the protocol, its records, the shared row codec and an in-memory backend.
+"""Session persistence: the shared row codec and an in-memory backend (the protocol and its
+records are in ``protocols``).
 
 Theory of operation
 -------------------
@@ -33,13 +34,18 @@ from __future__ import annotations
 import builtins
 import json
 import math
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Final, NoReturn, Protocol, TypeAlias
+from typing import Final, NoReturn, TypeAlias
 
 import attrs
 
+from dsh_subagent.adapters.clock import epoch_ms
 from dsh_subagent.adapters.frozen_json import freeze_checked, is_certified
+from dsh_subagent.adapters.protocols import (
+    CachedProjection,
+    SessionRecord,
+    SessionSnapshot,
+)
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import check_json, require_int, require_str
 from dsh_subagent.core.values import (
@@ -59,88 +65,6 @@ EventRow: TypeAlias = tuple[int, str, float, str]
 """One stored event: ``(seq, type, time, data as JSON text)``."""
 
 MAX_SAFE_INTEGER: Final = 2**53 - 1
-
-
-def epoch_ms() -> float:
-    """The default clock: milliseconds since the epoch (the unit of ``createdAt``)."""
-    return time.time() * 1000.0
-
-
-# --------------------------------------------------------------------------- records
-
-
-@attrs.frozen
-class SessionRecord:
-    """A persisted session: its header and its whole event log."""
-
-    header: SessionHeader
-    events: tuple[SessionEvent, ...]
-
-
-@attrs.frozen
-class SessionSnapshot:
-    """A persisted header with its revision (the number of persisted events)."""
-
-    header: SessionHeader
-    revision: int
-
-
-@attrs.frozen
-class CachedProjection:
-    """A projection-cache row: the values folded from the first ``as_of_seq`` events."""
-
-    as_of_seq: int
-    values: Mapping[str, JsonValue]
-
-
-class SessionPersistence(Protocol):
-    """Durable session storage (HARNESS-23)."""
-
-    async def list(self) -> builtins.list[SessionHeader]:
-        """Every stored header, in creation order."""
-        ...
-
-    async def list_snapshots(self) -> builtins.list[SessionSnapshot]:
-        """Every stored header with its revision, in creation order."""
-        ...
-
-    async def revision(self, session_id: SessionId) -> int | None:
-        """How many events are stored for ``session_id``; None when no row exists."""
-        ...
-
-    async def inspect(self, session_id: SessionId) -> SessionRecord:
-        """The stored session as it is; never mutates storage."""
-        ...
-
-    async def load(self, session_id: SessionId) -> SessionRecord:
-        """The stored session, after durably closing an interrupted tail turn."""
-        ...
-
-    async def create(self, header: SessionHeader, events: Sequence[SessionEvent]) -> None:
-        """Store a new session whose log starts at seq 0."""
-        ...
-
-    async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
-        """Append events that continue the stored log exactly."""
-        ...
-
-    async def close(self) -> None:
-        """Release the backend; later calls raise ``PERSISTENCE_UNAVAILABLE``."""
-        ...
-
-
-class ProjectionCache(Protocol):
-    """Durable projection checkpoints (HARNESS-26)."""
-
-    async def cached_snapshot(self, header: SessionHeader) -> CachedProjection | None:
-        """The cached values for this exact session lifecycle, or ``None``."""
-        ...
-
-    async def store_projection(
-        self, session_id: SessionId, as_of_seq: int, values: Mapping[str, JsonValue]
-    ) -> None:
-        """Record values folded from the first ``as_of_seq`` events of the session."""
-        ...
 
 
 # --------------------------------------------------------------------------- errors

@@ -29,14 +29,14 @@ from __future__ import annotations
 import asyncio
 import math
 import posixpath
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
 import attrs
 
+from dsh_subagent.adapters.clock import epoch_ms
 from dsh_subagent.adapters.frozen_json import freeze_checked, is_certified
-from dsh_subagent.adapters.protocols import Session, SessionPersistence
+from dsh_subagent.adapters.protocols import Session, SessionMeta, SessionPersistence
 from dsh_subagent.adapters.signals import Emitter, Unsubscribe
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import check_json, require_int, require_str
@@ -57,24 +57,6 @@ Clock = Callable[[], float]
 _CHECKED_TYPES: set[str] = set()  # event types already accepted by ``require_str``
 Observer = Callable[["LiveSession", SessionEvent], object]
 FlushListener = Callable[["LiveSession"], Awaitable[None] | None]
-
-
-def epoch_ms() -> float:
-    """Wall-clock milliseconds since the epoch (the default clock)."""
-    return float(time.time_ns() // 1_000_000)
-
-
-@attrs.frozen
-class SessionMeta:
-    """Optional header fields given to ``SessionStore.prepare`` (HARNESS-21)."""
-
-    cwd: str | None = None
-    parent_session: SessionId | None = None
-    seed_length: int | None = None
-    origin: Origin | None = None
-    delegation_depth: int | None = None
-    agent_preset: str | None = None
-    created_at: float | None = None
 
 
 def _check_seed_event(event: object, index: int, where: str) -> None:

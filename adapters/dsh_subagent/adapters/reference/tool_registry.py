@@ -20,38 +20,16 @@ Theory of operation
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 import attrs
 
-from dsh_subagent.adapters.protocols import ToolCall
+from dsh_subagent.adapters.protocols import Tool, ToolCall, ToolGuard, ToolOutcome
 from dsh_subagent.adapters.signals import AbortSignal, Unsubscribe
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import check_json, require_str
-from dsh_subagent.core.values import Content, JsonObject, TextBlock
-
-
-@attrs.frozen
-class ToolOutcome:
-    """A tool's result; ``concludes`` ends the turn after this step."""
-
-    content: Content
-    is_error: bool = False
-    concludes: bool = False
-
-
-ToolHandler = Callable[[JsonObject, AbortSignal], Awaitable[ToolOutcome]]
-
-
-@attrs.frozen
-class Tool:
-    """A named tool with an argument schema and an async handler."""
-
-    name: str
-    handler: ToolHandler = attrs.field(eq=False)
-    schema: JsonObject = attrs.field(factory=lambda: {"type": "object"})
-    description: str = ""
+from dsh_subagent.core.values import TextBlock
 
 
 def _error(text: str) -> ToolOutcome:
@@ -140,8 +118,6 @@ class ToolRegistry:
 
 
 RESERVED_TOOL: Final = "run_code"
-ToolGuard = Callable[[ToolCall], str | None]
-"""``guard(call) -> refusal text | None``: a non-``None`` text refuses the call."""
 
 
 @attrs.frozen

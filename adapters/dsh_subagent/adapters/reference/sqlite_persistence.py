@@ -36,12 +36,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final, TypeVar
 
-from dsh_subagent.adapters.persistence import (
-    CachedProjection,
+from dsh_subagent.adapters.clock import epoch_ms
+from dsh_subagent.adapters.protocols import CachedProjection, SessionRecord, SessionSnapshot
+from dsh_subagent.adapters.reference.persistence import (
     Clock,
     EventRow,
-    SessionRecord,
-    SessionSnapshot,
     check_header,
     closed_error,
     decode_events,
@@ -50,7 +49,6 @@ from dsh_subagent.adapters.persistence import (
     encode_events,
     encode_header,
     encode_projection,
-    epoch_ms,
     repair_event,
     require_continues,
     require_session_id,
