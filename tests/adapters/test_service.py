@@ -20,14 +20,13 @@ from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
 from dsh_subagent.adapters.reference.session import adopt_seed
 from dsh_subagent.adapters.service import SubagentService
 from dsh_subagent.adapters.signals import AbortController
-from dsh_subagent.core import lifecycle
+from dsh_subagent.core import lifecycle, oneshot_observer
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.lifecycle import (
     PROVIDER_ADDED,
     PROVIDER_REMOVED,
     SUBAGENT_END,
     SUBAGENT_START,
-    PairingState,
     ProviderAddedInfo,
     ProviderRemovedInfo,
     RunEndInfo,
@@ -673,22 +672,26 @@ def test_evt_13_an_awaitable_outside_a_loop_is_logged(caplog: pytest.LogCaptureF
 def test_evt_16_the_service_event_stream_satisfies_the_pairing_monitor() -> None:
     async def main() -> None:
         world = World([reply("a"), reply("b")])
-        state = PairingState()
+        observed: list[oneshot_observer.ObserverEvent] = []
         for name in world.service.list():
             provider = world.service.get_provider(name)
             assert provider is not None
             info = ProviderAddedInfo(name, provider.capabilities)
-            state = lifecycle.apply(state, lifecycle.ProviderAdded(EventId("x"), info))
+            observed.append(oneshot_observer.ProviderAdded(EventId("x"), info))
         parent = await world.parent()
         for provider_name in ("spawn", "fork"):
             started = await world.service.start(provider_name, ask(parent))
             await started.dispose()
         for name, payload in world.events:
             if isinstance(payload, RunStartInfo):
-                state = lifecycle.apply(state, lifecycle.RunStarted(EventId(name), payload))
+                observed.append(oneshot_observer.RunStarted(EventId(name), payload))
             elif isinstance(payload, RunEndInfo):
-                state = lifecycle.apply(state, lifecycle.RunEnded(EventId(name), payload))
-        assert lifecycle.is_paired(state)
+                observed.append(oneshot_observer.RunEnded(EventId(name), payload))
+        state = oneshot_observer.Observation()
+        for event in observed:
+            state, effects = oneshot_observer.apply(state, event)
+            assert effects == ()
+        assert oneshot_observer.is_paired(state)
 
     run(main)
 

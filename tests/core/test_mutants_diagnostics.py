@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from dsh_subagent.core import lifecycle
+from dsh_subagent.core import lifecycle, oneshot_observer
 from dsh_subagent.core.authority import (
     AgentRef,
     Denied,
@@ -20,15 +20,17 @@ from dsh_subagent.core.authority import (
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.jsonvalue import check_json, require_str
 from dsh_subagent.core.lifecycle import (
-    PairingState,
-    ProviderAdded,
     ProviderAddedInfo,
-    ProviderRemoved,
     ProviderRemovedInfo,
-    RunEnded,
     RunEndInfo,
-    RunStarted,
     RunStartInfo,
+)
+from dsh_subagent.core.oneshot_observer import (
+    Observation,
+    ProviderAdded,
+    ProviderRemoved,
+    RunEnded,
+    RunStarted,
 )
 from dsh_subagent.core.values import EventId, KnownStop, RunId, SessionId
 
@@ -63,17 +65,21 @@ def test_auth_6_interrupt_refusals_name_their_reason() -> None:
 # --------------------------------------------------------------------------- EVT-16 / EVT-3
 
 
+def _fold(state: Observation, event: oneshot_observer.ObserverEvent) -> Observation:
+    return oneshot_observer.apply(state, event)[0]
+
+
 def _start(run: str = "r1", provider: str = "spawn", child: str = "c1") -> RunStartInfo:
     return RunStartInfo(RunId(run), provider, child, True, SessionId("root"))
 
 
 def test_evt_16_provider_pairing_refusals() -> None:
-    empty = _raised(lifecycle.apply, PairingState(), ProviderAdded(E, ProviderAddedInfo("")))
+    empty = _raised(_fold, Observation(), ProviderAdded(E, ProviderAddedInfo("")))
     assert _said(empty) == (ErrorCode.INVALID_ARGUMENT, "provider", "provider: must not be empty")
-    added = lifecycle.apply(PairingState(), ProviderAdded(E, ProviderAddedInfo("p")))
-    twice = _raised(lifecycle.apply, added, ProviderAdded(E, ProviderAddedInfo("p")))
+    added = _fold(Observation(), ProviderAdded(E, ProviderAddedInfo("p")))
+    twice = _raised(_fold, added, ProviderAdded(E, ProviderAddedInfo("p")))
     assert _said(twice) == (ErrorCode.ILLEGAL_TRANSITION, "provider", "provider 'p' added twice")
-    unknown = _raised(lifecycle.apply, added, ProviderRemoved(E, ProviderRemovedInfo("q")))
+    unknown = _raised(_fold, added, ProviderRemoved(E, ProviderRemovedInfo("q")))
     assert _said(unknown) == (
         ErrorCode.ILLEGAL_TRANSITION,
         "provider",
@@ -82,11 +88,11 @@ def test_evt_16_provider_pairing_refusals() -> None:
 
 
 def test_evt_16_run_pairing_refusals() -> None:
-    state = lifecycle.apply(PairingState(), RunStarted(E, _start()))
-    again = _raised(lifecycle.apply, state, RunStarted(E, _start()))
+    state = _fold(Observation(), RunStarted(E, _start()))
+    again = _raised(_fold, state, RunStarted(E, _start()))
     assert _said(again) == (ErrorCode.ILLEGAL_TRANSITION, "run_id", "run id 'r1' repeated")
     orphan = _raised(
-        lifecycle.apply, PairingState(), RunEnded(E, RunEndInfo(_start(), KnownStop.COMPLETED))
+        _fold, Observation(), RunEnded(E, RunEndInfo(_start(), KnownStop.COMPLETED))
     )
     assert _said(orphan) == (
         ErrorCode.ILLEGAL_TRANSITION,
@@ -94,7 +100,7 @@ def test_evt_16_run_pairing_refusals() -> None:
         "end of run 'r1' has no open start",
     )
     other = RunEndInfo(_start(child="c2"), KnownStop.COMPLETED)
-    diverged = _raised(lifecycle.apply, state, RunEnded(E, other))
+    diverged = _raised(_fold, state, RunEnded(E, other))
     assert _said(diverged) == (
         ErrorCode.ILLEGAL_TRANSITION,
         "run_id",

@@ -5,13 +5,24 @@ from __future__ import annotations
 import pytest
 from statemachine.exceptions import TransitionNotAllowed
 
-from dsh_subagent.core import inbox, oneshot
-from dsh_subagent.spec.charts import InboxMessageChart, OneShotRunChart, edges
+from dsh_subagent.core import inbox, oneshot, oneshot_observer
+from dsh_subagent.spec.charts import (
+    InboxMessageChart,
+    OneShotRunChart,
+    RunObservationChart,
+    edges,
+)
 
 
 def test_one_4_one_shot_chart_matches_core_table() -> None:
     core = {(src, ev.__name__, dst) for (src, ev), dst in oneshot.TRANSITIONS.items()}
     assert edges(OneShotRunChart) == core
+
+
+def test_evt_16_run_observation_chart_matches_core_table() -> None:
+    table = oneshot_observer.TRANSITIONS
+    core = {(src, ev.__name__, dst) for (src, ev), dst in table.items()}
+    assert edges(RunObservationChart) == core
 
 
 def test_harness_11_inbox_message_chart_matches_core_table() -> None:
@@ -27,6 +38,10 @@ def test_charts_are_strict_about_illegal_events() -> None:
     run = OneShotRunChart()
     with pytest.raises(TransitionNotAllowed):
         run.send("ChildQuiesced")
+    observed = RunObservationChart()
+    observed.send("RunPublished")
+    with pytest.raises(TransitionNotAllowed):
+        observed.send("RunStarted")
 
 
 def test_cont_10_activation_chart_matches_core_tables() -> None:

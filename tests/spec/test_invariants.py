@@ -159,13 +159,13 @@ def test_inv_tear_1_reports_a_parent_released_before_its_child() -> None:
 def test_inv_evt_1_reports_unpaired_and_misordered_edges() -> None:
     trace = _healthy()
     ends_first = _swap(trace, EmitStart, EmitEnd)
-    assert check_trace(trace[:8], complete=True)["INV-EVT-1"] == ["run run-p never ended"]
+    assert check_trace(trace[:8], complete=True)["INV-EVT-1"] == ["run 'run-p' never ended"]
     doubled = [*trace, trace[3]]
-    assert "run run-p started twice" in check_trace(doubled)["INV-EVT-1"]
+    assert "run id 'run-p' repeated" in check_trace(doubled)["INV-EVT-1"]
     only_ends = [s for s in trace if any(isinstance(e, EmitEnd) for e in s.effects)]
     assert check_trace(only_ends)["INV-EVT-1"] == [
-        "run run-c ended without an open start",
-        "run run-p ended without an open start",
+        "end of run 'run-c' has no open start",
+        "end of run 'run-p' has no open start",
     ]
     assert check_trace(ends_first)["INV-EVT-1"] == []  # no step emits both, so nothing moved
 

@@ -13,15 +13,15 @@ Theory of operation
    output schema (object-rooted, inside the ``jsonschema``-checked subset), every other field,
    then the descriptor snapshot. Each failure is a typed ``SubagentError`` naming the field.
 3. The resolved request carries the validated core request (its ``ParentRef`` derived from the
-   live parent), the descriptor (ONE-3) and a fresh uuid4 run id (EVT-3). Then the service
-   drives its own core one-shot machine for the run: ``provider.start`` fulfilling is
-   ``ChildPublished`` (whose ``ObserveResult`` attaches the end observer before ``EmitStart``
-   emits ``subagent/start``, EVT-6); a rejection is ``StartFailed`` and the error propagates
-   with no event (EVT-7); the result settling is ``ResultSettled``/``ResultFaulted``, whose
-   ``EmitEnd`` emits ``subagent/end``. ``local`` is snapshotted from the run's exact
-   ``local_agent`` (EVT-4) and ``provider`` is the name used at start (EVT-5). The caller
-   gets the provider's run unchanged. The run effects belong to the provider (its signal is
-   the request's), so the service's instance ignores them.
+   live parent), the descriptor (ONE-3) and a fresh uuid4 run id (EVT-3). The run itself (abort,
+   result, dispose) is the provider's machine; the service drives only its observer
+   (``core.oneshot_observer``, one for all its runs) and performs every effect:
+   ``provider.start`` fulfilling is ``RunPublished`` (whose ``ObserveResult`` attaches the end
+   observer before ``EmitRunStart`` emits ``subagent/start``, EVT-6); a rejection propagates
+   and never reaches the observer, so it has no event (EVT-7); the result settling is
+   ``RunSettled``/``RunFaulted``, whose ``EmitRunEnd`` emits ``subagent/end``. ``local`` is
+   snapshotted from the run's exact ``local_agent`` (EVT-4) and ``provider`` is the name used
+   at start (EVT-5). The caller gets the provider's run unchanged.
 4. Listeners (``on``) may be scoped to a delegating parent session: run events reach only that
    parent's listeners (EVT-12); provider events are unscoped. Every listener except
    ``provider-added``'s is contained: a raise or a failing returned awaitable is logged as a
@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, assert_never
 
 import attrs
 
@@ -74,7 +75,7 @@ from dsh_subagent.adapters.providers.base import (
 from dsh_subagent.adapters.schema import check_output_schema
 from dsh_subagent.adapters.setup_registry import ContinuableSetupRegistry, SetupContribution
 from dsh_subagent.adapters.signals import AbortSignal, Unsubscribe
-from dsh_subagent.core import oneshot
+from dsh_subagent.core import oneshot_observer
 from dsh_subagent.core.capabilities import check_capabilities, validate_start_request
 from dsh_subagent.core.depth import delegation_depth_of, validate_max_depth
 from dsh_subagent.core.descriptor import one_shot_descriptor
@@ -92,11 +93,19 @@ from dsh_subagent.core.lifecycle import (
 )
 from dsh_subagent.core.listing import DescendantRow, ListingRow
 from dsh_subagent.core.manager_events import ReportDelivery
+from dsh_subagent.core.oneshot_observer import (
+    EmitRunEnd,
+    EmitRunStart,
+    ObserveResult,
+    ObserverEvent,
+    RunFaulted,
+    RunPublished,
+    RunSettled,
+)
 from dsh_subagent.core.residency import ActivationState
 from dsh_subagent.core.values import (
     USER_SOURCE,
     Content,
-    EventId,
     MessageId,
     MessageSource,
     ParentRef,
@@ -166,53 +175,6 @@ def resolve_start_request(
     return ResolvedStartRequest(core, parent, request.signal, descriptor, RunId(str(uuid.uuid4())))
 
 
-class _RunObserver:
-    """The service's instance of the one-shot machine for one run: lifecycle effects only."""
-
-    def __init__(self, service: SubagentService, resolved: ResolvedStartRequest) -> None:
-        core = resolved.request
-        self._service = service
-        self._state = oneshot.begin_run(
-            resolved.descriptor.provider, core.parent.session_id, core.label
-        )
-        self._ids = EventIds(f"{resolved.run_id}@")
-        self._run: SubagentRun | None = None
-
-    def apply(self, event: oneshot.RunEvent) -> None:
-        self._state, effects = oneshot.apply(self._state, event)
-        for effect in effects:
-            match effect:
-                case oneshot.ObserveResult():
-                    assert self._run is not None
-                    self._run.result.add_done_callback(self._on_result)
-                case oneshot.EmitStart(info=info):
-                    self._service._emit(SUBAGENT_START, info)
-                case oneshot.EmitEnd(info=info):
-                    self._service._emit(SUBAGENT_END, info)
-                case _:
-                    pass  # run effects: the provider carries them out (rule 3)
-
-    def next_id(self) -> EventId:
-        return self._ids.next()
-
-    def published(self, run: SubagentRun, run_id: RunId) -> None:
-        self._run = run
-        local = run.local_agent is not None
-        self.apply(oneshot.ChildPublished(self.next_id(), run_id, run.id, local))
-
-    def _on_result(self, result: asyncio.Future[SubagentResult]) -> None:
-        if result.cancelled():
-            self.apply(oneshot.ResultFaulted(self.next_id(), "the run's result was cancelled"))
-            return
-        error = result.exception()
-        value = None if error is not None else result.result()
-        if isinstance(value, SubagentResult):
-            self.apply(oneshot.ResultSettled(self.next_id(), value))
-        else:
-            why = render_error(error) if error is not None else "not a SubagentResult"
-            self.apply(oneshot.ResultFaulted(self.next_id(), why))
-
-
 class SubagentService:
     """The seam's service (``ctx.subagents``): providers, one-shot starts, lifecycle events."""
 
@@ -235,6 +197,9 @@ class SubagentService:
         self._providers: dict[str, SubagentProvider] = {}
         self._listeners: dict[str, list[_Subscription]] = {name: [] for name in EVENT_NAMES}
         self._setups = ContinuableSetupRegistry()
+        self._observation = oneshot_observer.Observation()
+        self._observed_ids = EventIds("observed#")
+        self._observed_runs: dict[RunId, SubagentRun] = {}
         # PROJ-1: the subagent projection units exist while a projection registry does.
         self._unregister_projections = (
             register_subagent_projections(projections) if projections is not None else None
@@ -305,23 +270,53 @@ class SubagentService:
                 field="name",
             )
         resolved = resolve_start_request(name, provider, request)
-        observer = _RunObserver(self, resolved)
-        remove = resolved.signal.add_listener(
-            lambda _reason: observer.apply(oneshot.StartAborted(observer.next_id()))
+        run = await provider.start(resolved)
+        core = resolved.request
+        published = RunPublished(
+            self._observed_ids.next(),
+            resolved.run_id,
+            resolved.descriptor.provider,
+            run.id,
+            run.local_agent is not None,
+            core.parent.session_id,
+            core.label,
         )
+        self._observed_runs[resolved.run_id] = run
         try:
-            run = await provider.start(resolved)
-        except BaseException as error:
-            observer.apply(oneshot.StartFailed(observer.next_id(), render_error(error)))
-            raise
-        finally:
-            remove()
-        try:
-            observer.published(run, resolved.run_id)
+            self._observe(published)
         except BaseException:
+            self._observed_runs.pop(resolved.run_id, None)
             await run.dispose()  # an unpublishable run (e.g. an empty id) is not handed out
             raise
         return run
+
+    def _observe(self, event: ObserverEvent) -> None:
+        """Apply ``event`` to the observer and carry out every effect (rule 3)."""
+        self._observation, effects = oneshot_observer.apply(self._observation, event)
+        for effect in effects:
+            match effect:
+                case ObserveResult(run_id=run_id):
+                    run = self._observed_runs.pop(run_id)
+                    run.result.add_done_callback(functools.partial(self._on_result, run_id))
+                case EmitRunStart(info=info):
+                    self._emit(SUBAGENT_START, info)
+                case EmitRunEnd(info=info):
+                    self._emit(SUBAGENT_END, info)
+                case _:
+                    assert_never(effect)
+
+    def _on_result(self, run_id: RunId, result: asyncio.Future[SubagentResult]) -> None:
+        cause = self._observed_ids.next()
+        if result.cancelled():
+            self._observe(RunFaulted(cause, run_id, "the run's result was cancelled"))
+            return
+        error = result.exception()
+        value = None if error is not None else result.result()
+        if isinstance(value, SubagentResult):
+            self._observe(RunSettled(cause, run_id, value))
+        else:
+            why = render_error(error) if error is not None else "not a SubagentResult"
+            self._observe(RunFaulted(cause, run_id, why))
 
     # ------------------------------------------------------------------ events (EVT)
 

@@ -1,4 +1,4 @@
-"""Lifecycle event payloads (``subagent/start`` / ``subagent/end`` / provider events) and pairing.
+"""Lifecycle event payloads (``subagent/start`` / ``subagent/end`` / provider events).
 
 Theory of operation
 -------------------
@@ -13,26 +13,19 @@ Theory of operation
 3. ``RunEndInfo`` embeds the very ``RunStartInfo`` of its start, so an end built with
    ``end_info_for`` carries the same identity by construction (EVT-2). ``last_assistant_message``
    is present only for non-empty output (EVT-6); ``durability_failed`` is DESIGN decision 1.
-4. ``PairingState`` / ``apply`` is the invariant companion (EVT-16): a monitor over the
-   observed event stream. It is not a machine with effects, so ``apply`` returns only the new
-   state; a violated invariant raises ``SubagentError`` (``INVALID_ARGUMENT`` for an empty
-   name or id, ``ILLEGAL_TRANSITION`` for a pairing or registry violation). A start naming a
-   provider that is no longer registered is allowed.
-5. Run ids must never repeat, not even after their end (EVT-3 "fresh"): the tracker remembers
-   every run id it saw (memory grows with the runs observed). Runs live in persistent maps, so
-   one event costs O(log n), never a copy of every open run.
+4. Pairing a stream's starts with its ends (EVT-16) is the observer machine's job
+   (``core.oneshot_observer``); this module only says what a well-formed start is
+   (``check_start_info``) and whether an end carries its start's identity.
 """
 
 from __future__ import annotations
 
-from typing import Final, TypeAlias
+from typing import Final
 
 import attrs
 
-from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
-from dsh_subagent.core.pmap import PMap
+from dsh_subagent.core.errors import invalid
 from dsh_subagent.core.values import (
-    EventId,
     JsonObject,
     JsonValue,
     KnownStop,
@@ -193,130 +186,20 @@ def provider_removed_payload(info: ProviderRemovedInfo) -> JsonObject:
     return {"provider": info.name}
 
 
-# --------------------------------------------------------------------------- pairing monitor
-
-
-@attrs.frozen
-class ProviderAdded:
-    """A ``subagent/provider-added`` event was observed."""
-
-    event_id: EventId
-    info: ProviderAddedInfo
-
-
-@attrs.frozen
-class ProviderRemoved:
-    """A ``subagent/provider-removed`` event was observed."""
-
-    event_id: EventId
-    info: ProviderRemovedInfo
-
-
-@attrs.frozen
-class RunStarted:
-    """A ``subagent/start`` event was observed."""
-
-    event_id: EventId
-    info: RunStartInfo
-
-
-@attrs.frozen
-class RunEnded:
-    """A ``subagent/end`` event was observed."""
-
-    event_id: EventId
-    info: RunEndInfo
-
-
-LifecycleEvent: TypeAlias = ProviderAdded | ProviderRemoved | RunStarted | RunEnded
-
-
-@attrs.frozen
-class PairingState:
-    """What the monitor knows: registered providers, open runs, every run id ever started."""
-
-    providers: frozenset[str] = frozenset()
-    open_runs: PMap[RunId, RunStartInfo] = attrs.field(factory=PMap)
-    seen_run_ids: PMap[RunId, bool] = attrs.field(factory=PMap)
-
-
-def _violation(field: str, message: str) -> SubagentError:
-    return SubagentError(ErrorCode.ILLEGAL_TRANSITION, message, field=field)
-
-
-def check_end(start: RunStartInfo | None, end: RunEndInfo) -> RunStartInfo:
-    """The open start that ``end`` closes; refuses an end without one or with another identity.
-
-    post: __return__ == start
-    post: end_matches_start(__return__, end)
-    raises: SubagentError
-    """
-    run_id = end.start.run_id
-    if start is None:
-        raise _violation("run_id", f"end of run {run_id!r} has no open start")
-    if not end_matches_start(start, end):
-        raise _violation("run_id", f"end of run {run_id!r} diverges from its start")
-    return start
-
-
-def apply(state: PairingState, event: LifecycleEvent) -> PairingState:
-    """Fold one observed lifecycle event, raising on a broken invariant (EVT-16).
-
-    raises: SubagentError
-    """
-    match event:
-        case ProviderAdded(info=ProviderAddedInfo(name=name)):
-            if not name:
-                raise invalid("provider", "must not be empty")
-            if name in state.providers:
-                raise _violation("provider", f"provider {name!r} added twice")
-            return attrs.evolve(state, providers=state.providers | {name})
-        case ProviderRemoved(info=ProviderRemovedInfo(name=name)):
-            if name not in state.providers:
-                raise _violation("provider", f"removal names unknown provider {name!r}")
-            return attrs.evolve(state, providers=state.providers - {name})
-        case RunStarted(info=info):
-            check_start_info(info)
-            if info.run_id in state.seen_run_ids:
-                raise _violation("run_id", f"run id {info.run_id!r} repeated")
-            return attrs.evolve(
-                state,
-                open_runs=state.open_runs.set(info.run_id, info),
-                seen_run_ids=state.seen_run_ids.set(info.run_id, True),
-            )
-    run_id = event.info.start.run_id
-    check_end(state.open_runs.get(run_id), event.info)
-    return attrs.evolve(state, open_runs=state.open_runs.remove(run_id))
-
-
-def is_paired(state: PairingState) -> bool:
-    """Whether every observed start has had its end (no run left open)."""
-    return not state.open_runs
-
-
 __all__ = [
     "PROVIDER_ADDED",
     "PROVIDER_REMOVED",
     "SUBAGENT_END",
     "SUBAGENT_START",
-    "LifecycleEvent",
-    "PairingState",
-    "ProviderAdded",
     "ProviderAddedInfo",
-    "ProviderRemoved",
     "ProviderRemovedInfo",
     "RunEndInfo",
-    "RunEnded",
     "RunStartInfo",
-    "RunStarted",
-    "apply",
-    "check_end",
     "check_start_info",
     "end_info_for",
     "end_matches_start",
     "end_payload",
     "faulted_end_info",
-    "is_paired",
     "provider_added_payload",
     "provider_removed_payload",
     "start_payload",

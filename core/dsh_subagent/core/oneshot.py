@@ -2,13 +2,16 @@
 
 Theory of operation
 -------------------
-1. One machine per one-shot run. ``begin_run`` makes the state once the request has passed
-   validation and ``provider.start`` is awaited (ONE-2); ``apply(state, event)`` is the only
-   transition. Legal ``(phase, event type)`` pairs are the module-level ``TRANSITIONS`` table;
-   any other pair raises ``SubagentError(ILLEGAL_TRANSITION)`` and changes nothing.
+1. One machine per one-shot run, driven by the provider's run handle. ``begin_run`` makes the
+   state once the request has passed validation and ``provider.start`` is awaited (ONE-2);
+   ``apply(state, event)`` is the only transition. Legal ``(phase, event type)`` pairs are the
+   module-level ``TRANSITIONS`` table; any other pair raises
+   ``SubagentError(ILLEGAL_TRANSITION)`` and changes nothing.
 2. Publication is the fulfilment of ``provider.start`` (``ChildPublished``, ONE-4): before it
-   the provider owns setup, after it the caller owns the run. Its effects are, in this order,
-   ``ObserveResult`` (attach the end observer first), then ``EmitStart`` (EVT-6).
+   the provider owns setup, after it the caller owns the run. The run's identity and its
+   ``subagent/start`` / ``subagent/end`` pair belong to the service's observer
+   (``core.oneshot_observer``), which sees the same publication and result; this machine
+   only carries the run.
 3. Before publication, an abort (``StartAborted``) tells the provider's setup to ``RollBack``;
    the start rejects (``RejectStart``) when the provider's rejection arrives
    (``StartFailed``), after rollback, with no event pair (ONE-7, EVT-7). If the provider
@@ -17,10 +20,7 @@ Theory of operation
 4. After publication, an abort cancels remaining work once (``CancelRemainingWork``) and keeps
    the id; the result still settles (ONE-7). ``ResultSettled`` resolves the result with its stop
    reason, child-level failures included; only ``ResultFaulted`` (an infrastructure fault)
-   rejects it (ONE-8). Either way ``EmitEnd`` closes the pair, a fault as ``error`` with no
-   message (EVT-6, ONE-16). ``EmitEnd`` is only ever produced for a published run, so
-   ``subagent/start`` precedes ``subagent/end`` even for a run that settled before
-   publication was observed.
+   rejects it (ONE-8). A result is only ever accepted in a published phase.
 5. ``DisposeRequested`` cancels remaining work and awaits both result settlement and child
    quiescence (ONE-9). The phases ``DISPOSING`` / ``AWAITING_QUIESCENCE`` / ``AWAITING_RESULT``
    record which of the two is still outstanding, so the table stays deterministic. When both
@@ -34,19 +34,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, assert_never
 
 import attrs
 
-from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
-from dsh_subagent.core.lifecycle import (
-    RunEndInfo,
-    RunStartInfo,
-    check_start_info,
-    end_info_for,
-    faulted_end_info,
-)
-from dsh_subagent.core.values import EventId, Mode, RunId, SessionId, SubagentResult
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.values import EventId, SubagentResult
 
 
 class RunPhase(enum.Enum):
@@ -63,20 +56,9 @@ class RunPhase(enum.Enum):
     DISPOSED = "disposed"
 
 
-_UNPUBLISHED_PHASES: Final = {RunPhase.STARTING, RunPhase.ROLLING_BACK, RunPhase.ROLLED_BACK}
-_PUBLISHED_PHASES: Final = frozenset(RunPhase) - _UNPUBLISHED_PHASES
 _RESULT_PENDING: Final = frozenset(
     {RunPhase.PUBLISHED, RunPhase.DISPOSING, RunPhase.AWAITING_RESULT}
 )
-
-
-def _identity_matches_phase(
-    instance: OneShotRun, _attribute: attrs.Attribute[RunStartInfo | None], value: object
-) -> None:
-    if (value is not None) != (instance.phase in _PUBLISHED_PHASES):
-        raise SubagentError(
-            ErrorCode.ILLEGAL_TRANSITION, "a run has an identity iff it is published"
-        )
 
 
 @attrs.frozen
@@ -84,26 +66,17 @@ class OneShotRun:
     """The state of one one-shot run."""
 
     phase: RunPhase
-    provider: str
-    parent_session: SessionId
-    label: str | None = None
-    identity: RunStartInfo | None = attrs.field(default=None, validator=_identity_matches_phase)
     abort_observed: bool = False
     work_cancelled: bool = False
     release_failure: str | None = None
 
 
-def begin_run(provider: str, parent_session: SessionId, label: str | None = None) -> OneShotRun:
+def begin_run() -> OneShotRun:
     """A run whose ``provider.start`` is being awaited (the request passed validation).
 
     post: __return__.phase is RunPhase.STARTING
-    raises: SubagentError
     """
-    if not provider:
-        raise invalid("provider", "must not be empty")
-    if not parent_session:
-        raise invalid("parent_session", "must not be empty")
-    return OneShotRun(RunPhase.STARTING, provider, parent_session, label)
+    return OneShotRun(RunPhase.STARTING)
 
 
 # --------------------------------------------------------------------------- events
@@ -114,9 +87,6 @@ class ChildPublished:
     """``provider.start`` fulfilled: the child exists and the caller owns the run."""
 
     event_id: EventId
-    run_id: RunId
-    child_id: str
-    local: bool
 
 
 @attrs.frozen
@@ -196,21 +166,6 @@ class RejectStart:
 
 
 @attrs.frozen
-class ObserveResult:
-    """Attach the end observer to the run's result (before ``EmitStart``)."""
-
-    cause: EventId
-
-
-@attrs.frozen
-class EmitStart:
-    """Emit ``subagent/start`` scoped to the delegating parent."""
-
-    cause: EventId
-    info: RunStartInfo
-
-
-@attrs.frozen
 class CancelRemainingWork:
     """Cancel the run's remaining turn work; the run and its id stay valid."""
 
@@ -234,14 +189,6 @@ class RejectResult:
 
 
 @attrs.frozen
-class EmitEnd:
-    """Emit ``subagent/end`` scoped to the delegating parent."""
-
-    cause: EventId
-    info: RunEndInfo
-
-
-@attrs.frozen
 class AwaitQuiescence:
     """Release the child's resources and report ``ChildQuiesced`` when they are released."""
 
@@ -259,12 +206,9 @@ class CompleteDispose:
 RunEffect: TypeAlias = (
     RollBack
     | RejectStart
-    | ObserveResult
-    | EmitStart
     | CancelRemainingWork
     | ResolveResult
     | RejectResult
-    | EmitEnd
     | AwaitQuiescence
     | CompleteDispose
 )
@@ -313,51 +257,33 @@ def _completion(target: RunPhase, state: OneShotRun, cause: EventId) -> tuple[Ru
 
 
 def _publish(state: OneShotRun, event: ChildPublished) -> tuple[OneShotRun, tuple[RunEffect, ...]]:
-    info = RunStartInfo(
-        event.run_id,
-        state.provider,
-        event.child_id,
-        event.local,
-        state.parent_session,
-        Mode.ONE_SHOT,
-        state.label,
-    )
-    check_start_info(info)
-    published = attrs.evolve(state, phase=_P.PUBLISHED, identity=info)
-    effects: tuple[RunEffect, ...] = (
-        ObserveResult(event.event_id),
-        EmitStart(event.event_id, info),
-    )
+    published = attrs.evolve(state, phase=_P.PUBLISHED)
     if not state.abort_observed:
-        return published, effects
+        return published, ()
     cancelled, cancel = _cancel_once(published, event.event_id)
-    return attrs.evolve(published, work_cancelled=cancelled), effects + cancel
+    return attrs.evolve(published, work_cancelled=cancelled), cancel
 
 
 def _abort(state: OneShotRun, event: StartAborted) -> tuple[OneShotRun, tuple[RunEffect, ...]]:
     target = TRANSITIONS[(state.phase, StartAborted)]
-    if state.abort_observed:
-        return state, ()
     if state.phase is _P.STARTING:
         return attrs.evolve(state, phase=target, abort_observed=True), (RollBack(event.event_id),)
+    if state.abort_observed:
+        return state, ()
     cancelled, effects = _cancel_once(state, event.event_id)
     return attrs.evolve(state, abort_observed=True, work_cancelled=cancelled), effects
 
 
 def _settle(
-    state: OneShotRun, event: ResultSettled | ResultFaulted, identity: RunStartInfo
+    state: OneShotRun, event: ResultSettled | ResultFaulted
 ) -> tuple[OneShotRun, tuple[RunEffect, ...]]:
     target = TRANSITIONS[(state.phase, type(event))]
     outcome: RunEffect
     if isinstance(event, ResultSettled):
-        result = event.result
-        outcome = ResolveResult(event.event_id, result)
-        end = end_info_for(identity, result.stop_reason, result.output)
+        outcome = ResolveResult(event.event_id, event.result)
     else:
         outcome = RejectResult(event.event_id, event.message)
-        end = faulted_end_info(identity)
-    effects = (outcome, EmitEnd(event.event_id, end), *_completion(target, state, event.event_id))
-    return attrs.evolve(state, phase=target), effects
+    return attrs.evolve(state, phase=target), (outcome, *_completion(target, state, event.event_id))
 
 
 def _dispose(
@@ -375,8 +301,8 @@ def apply(state: OneShotRun, event: RunEvent) -> tuple[OneShotRun, tuple[RunEffe
     """Apply one event to a one-shot run.
 
     post: __return__[0].phase is TRANSITIONS[(state.phase, type(event))]
-    post: not any(isinstance(e, EmitEnd) for e in __return__[1]) or state.identity is not None
-    post: not any(isinstance(e, EmitStart) for e in __return__[1]) or state.identity is None
+    post: __return__[0].phase is _P.DISPOSED or CompleteDispose not in map(type, __return__[1])
+    post: state.phase is _P.STARTING or RollBack not in map(type, __return__[1])
     raises: SubagentError
     """
     if (state.phase, type(event)) not in TRANSITIONS:
@@ -394,13 +320,15 @@ def apply(state: OneShotRun, event: RunEvent) -> tuple[OneShotRun, tuple[RunEffe
             rejected = attrs.evolve(state, phase=_P.ROLLED_BACK)
             return rejected, (RejectStart(cause, message, cancelled=state.abort_observed),)
         case ResultSettled() | ResultFaulted():
-            assert state.identity is not None  # every phase accepting a result is published
-            return _settle(state, event, state.identity)
+            return _settle(state, event)
         case DisposeRequested():
             return _dispose(state, event)
-    target = TRANSITIONS[(state.phase, ChildQuiesced)]
-    quiesced = attrs.evolve(state, phase=target, release_failure=event.release_failure)
-    return quiesced, _completion(target, quiesced, event.event_id)
+        case ChildQuiesced():
+            target = TRANSITIONS[(state.phase, ChildQuiesced)]
+            quiesced = attrs.evolve(state, phase=target, release_failure=event.release_failure)
+            return quiesced, _completion(target, quiesced, event.event_id)
+        case _:
+            assert_never(event)
 
 
 def dispose_outcome(state: OneShotRun) -> tuple[bool, str | None]:
@@ -419,9 +347,6 @@ __all__ = [
     "ChildQuiesced",
     "CompleteDispose",
     "DisposeRequested",
-    "EmitEnd",
-    "EmitStart",
-    "ObserveResult",
     "OneShotRun",
     "RejectResult",
     "RejectStart",

@@ -25,6 +25,7 @@ from statemachine.transition_list import TransitionList
 from dsh_subagent.core.inbox import MessageState
 from dsh_subagent.core.manager_events import Phase
 from dsh_subagent.core.oneshot import RunPhase
+from dsh_subagent.core.oneshot_observer import RunObservation
 from dsh_subagent.core.residency import AgentStatus, Residency, ResidencyFacts
 
 Edge = tuple[object, str, object]
@@ -52,7 +53,7 @@ def _self_loops(*states: State) -> TransitionList:
 class OneShotRunChart(StateChart[object]):
     """A one-shot run: publication before fulfilment, rollback, result, idempotent dispose.
 
-    Rules: ONE-4, ONE-7, ONE-8, ONE-9, ONE-16, EVT-6.
+    Rules: ONE-4, ONE-7, ONE-8, ONE-9, ONE-16.
     """
 
     allow_event_without_transition = False
@@ -100,6 +101,27 @@ class OneShotRunChart(StateChart[object]):
         | _.DISPOSED.to.itself()
     )
     ChildQuiesced = _.DISPOSING.to(_.AWAITING_RESULT) | _.AWAITING_QUIESCENCE.to(_.DISPOSED)
+
+
+class RunObservationChart(StateChart[object]):
+    """One run id in the observed lifecycle stream: started once, ended once, never reused.
+
+    Rules: EVT-3, EVT-6, EVT-7, EVT-16, ONE-16.
+    """
+
+    allow_event_without_transition = False
+    catch_errors_as_events = False
+
+    # ENDED is final: a repeated start or a second end has no edge and is refused.
+    _ = States.from_enum(RunObservation, initial=RunObservation.UNSEEN, final=RunObservation.ENDED)
+
+    # A one-shot publication (the service's own start) or a start another emitter published.
+    RunPublished = _.UNSEEN.to(_.OPEN)
+    RunStarted = _.UNSEEN.to(_.OPEN)
+    # The one-shot result (settled or faulted), or an end another emitter published.
+    RunSettled = _.OPEN.to(_.ENDED)
+    RunFaulted = _.OPEN.to(_.ENDED)
+    RunEnded = _.OPEN.to(_.ENDED)
 
 
 class InboxMessageChart(StateChart[object]):
@@ -255,6 +277,7 @@ class ResidencyChart(StateChart[object]):
 
 CHARTS: dict[str, type[StateChart[object]]] = {
     "one-shot-run": OneShotRunChart,
+    "run-observation": RunObservationChart,
     "inbox-message": InboxMessageChart,
     "activation": ActivationChart,
     "residency": ResidencyChart,

@@ -21,9 +21,11 @@ from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
+from dsh_subagent.core import oneshot_observer
 from dsh_subagent.core.authority import ParentAuthority, UserAuthority
 from dsh_subagent.core.errors import SubagentError
 from dsh_subagent.core.inbox import ledger_of
+from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
 from dsh_subagent.core.manager import ManagerState, residency_of
 from dsh_subagent.core.manager_effects import (
     DisposeHandle,
@@ -153,25 +155,29 @@ def _no_notice_without_acceptance(trace: Trace, complete: bool) -> list[str]:
     return found
 
 
+def _observed_edge(effect: EmitStart | EmitEnd) -> oneshot_observer.ObserverEvent:
+    """A manager edge as the observer sees it; the edge names only the run and the child, so
+    the rest of the identity is the same placeholder on both sides."""
+    start = RunStartInfo(effect.run_id, "manager", effect.child_id, False, effect.child_id)
+    if isinstance(effect, EmitStart):
+        return oneshot_observer.RunStarted(effect.cause, start)
+    return oneshot_observer.RunEnded(effect.cause, RunEndInfo(start, effect.stop_reason))
+
+
 def _one_end_per_start(trace: Trace, complete: bool) -> list[str]:
+    """The manager's edges, paired by the one pairing machine (``core.oneshot_observer``)."""
     found = []
-    open_runs: dict[object, SessionId] = {}
-    closed: set[object] = set()
+    observation = oneshot_observer.Observation()
     for step in trace:
         for effect in step.effects:
-            if isinstance(effect, EmitStart):
-                if effect.run_id in open_runs or effect.run_id in closed:
-                    found.append(f"run {effect.run_id} started twice")
-                open_runs[effect.run_id] = effect.child_id
-            elif isinstance(effect, EmitEnd):
-                child = open_runs.pop(effect.run_id, None)
-                if child is None:
-                    found.append(f"run {effect.run_id} ended without an open start")
-                elif child != effect.child_id:
-                    found.append(f"run {effect.run_id} started for {child}, ended for another")
-                closed.add(effect.run_id)
+            if not isinstance(effect, EmitStart | EmitEnd):
+                continue
+            try:
+                observation, _ = oneshot_observer.apply(observation, _observed_edge(effect))
+            except SubagentError as error:
+                found.append(error.message)
     if complete:
-        found += [f"run {run} never ended" for run in open_runs]
+        found += [f"run {run!r} never ended" for run in observation.open_runs]
     return found
 
 

@@ -16,8 +16,9 @@ Theory of operation
    (``core.oneshot``) and carries out its run effects: ``RollBack`` aborts the unpublished
    setup, ``CancelRemainingWork`` cancels the child, ``ResolveResult``/``RejectResult`` settle
    ``result``, ``AwaitQuiescence`` releases the child, ``CompleteDispose`` settles the memoized
-   dispose. The lifecycle effects (``ObserveResult``, ``EmitStart``, ``EmitEnd``) belong to the
-   service, which drives its own instance of the same machine for the same run id.
+   dispose; any other effect is a bug (``assert_never``). The run's ``subagent/start`` /
+   ``subagent/end`` pair is the service's: its observer (``core.oneshot_observer``) sees the
+   published run and its result.
 4. Each run owns its state, signal listener and cancellation path, so concurrent siblings never
    settle or release one another (REG-9).
 """
@@ -27,7 +28,7 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, Protocol, assert_never, runtime_checkable
 
 import attrs
 
@@ -180,11 +181,8 @@ class DrivenRun(abc.ABC):
     """A run handle that carries out the run effects of its own core one-shot machine."""
 
     def __init__(self, request: ResolvedStartRequest, run_key: str) -> None:
-        core = request.request
         self._request = request
-        self._state = oneshot.begin_run(
-            request.descriptor.provider, core.parent.session_id, core.label
-        )
+        self._state = oneshot.begin_run()
         self._ids = EventIds(f"{run_key}#")
         loop = asyncio.get_running_loop()
         self._result: asyncio.Future[SubagentResult] = loop.create_future()
@@ -242,15 +240,15 @@ class DrivenRun(abc.ABC):
                     self._disposed.set_result(None)
                 else:
                     self._disposed.set_exception(self._release_error or RuntimeError(failure))
-            case oneshot.ObserveResult() | oneshot.EmitStart() | oneshot.EmitEnd():
-                pass  # lifecycle effects: the service carries these out (rule 3)
+            case _:
+                assert_never(effect)
 
     def _spawn(self, work: Coroutine[object, object, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _publish(self, setup: Awaitable[None], child_id: str, *, local: bool) -> None:
+    async def _publish(self, setup: Awaitable[None]) -> None:
         """Await the unpublished ``setup`` under the signal; publish on success, else reject."""
         self._remove_abort = self._request.signal.add_listener(
             lambda _reason: self._apply(oneshot.StartAborted(self._next_id()))
@@ -263,7 +261,7 @@ class DrivenRun(abc.ABC):
             if self._start_cancelled:
                 raise aborted_before_publication() from error
             raise
-        self._apply(oneshot.ChildPublished(self._next_id(), self._request.run_id, child_id, local))
+        self._apply(oneshot.ChildPublished(self._next_id()))
 
     def _settle(self, result: SubagentResult) -> None:
         self._apply(oneshot.ResultSettled(self._next_id(), result))

@@ -239,7 +239,7 @@ class InProcessRun(DrivenRun):
             setup=self._host_setup if self._host.setup is not None else None,
             configure=self._configure,
         )
-        await self._publish(self._create(options), self._child_id, local=True)
+        await self._publish(self._create(options))
         asyncio.get_running_loop().call_soon(self._drive)
         return self
 

@@ -199,7 +199,7 @@ class OutOfProcessRun(DrivenRun):
         return None
 
     async def start(self) -> OutOfProcessRun:
-        await self._publish(self._launch(), self._id, local=False)
+        await self._publish(self._launch())
         self._spawn(self._drive())
         return self
 
