@@ -41,7 +41,6 @@ from dsh_subagent.adapters.signals import (
 from dsh_subagent.adapters.tool_registry import Tool, ToolOutcome
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError
-from dsh_subagent.core.inbox import ledger_of
 from dsh_subagent.core.values import (
     INBOX_SPLICED,
     TURN_END,
@@ -57,6 +56,7 @@ from dsh_subagent.core.values import (
     TextBlock,
     UserMessage,
 )
+from dsh_subagent.spec.inbox import ledger_of
 
 USER = CancelCause(CancelKind.USER)
 PARENT = CancelCause(CancelKind.PARENT)
