@@ -18,8 +18,8 @@ from hypothesis.stateful import run_state_machine_as_test
 from dsh_subagent.adapters.continuation import ContinuationManager
 from dsh_subagent.adapters.reference import agent_loop, sqlite_persistence
 from dsh_subagent.adapters.service import SubagentService
-from dsh_subagent.cli.service_machine import ServiceMachine
 from dsh_subagent.core.lifecycle import RunEndInfo
+from dsh_subagent.testing.service_machine import ServiceMachine
 
 Patch = Callable[[], Iterator[None]]
 

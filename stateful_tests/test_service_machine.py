@@ -13,9 +13,9 @@ import pytest
 from hypothesis import settings
 
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
-from dsh_subagent.cli.service_faults import GatedModel
-from dsh_subagent.cli.service_machine import ROOT, ServiceMachine
 from dsh_subagent.core.values import MessageId, TextBlock, UserMessage
+from dsh_subagent.testing.service_faults import GatedModel
+from dsh_subagent.testing.service_machine import ROOT, ServiceMachine
 
 ServiceMachine.TestCase.settings = settings(
     parent=settings.get_profile("ci"), max_examples=200, stateful_step_count=30, deadline=None

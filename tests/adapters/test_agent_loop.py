@@ -44,7 +44,6 @@ from dsh_subagent.adapters.signals import (
 )
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError
-from dsh_subagent.core.inbox import ledger_of
 from dsh_subagent.core.values import (
     INBOX_SPLICED,
     TURN_END,
@@ -60,6 +59,7 @@ from dsh_subagent.core.values import (
     TextBlock,
     UserMessage,
 )
+from dsh_subagent.spec.inbox import ledger_of
 
 USER = CancelCause(CancelKind.USER)
 PARENT = CancelCause(CancelKind.PARENT)

@@ -301,8 +301,19 @@ def test_list_4_failed_persisted_listing_fails_the_whole_listing() -> None:
             raise OSError("disk gone")
 
         world.spy.on_list = broken
-        with pytest.raises(OSError, match="disk gone"):
+        with pytest.raises(SubagentError) as error:
             await world.children()
+        assert error.value.code is ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert isinstance(error.value.cause, OSError)
+        assert "disk gone" in str(error.value)
+
+        async def refused() -> None:
+            raise SubagentError(ErrorCode.CORRUPT_SESSION, "bad header", field="header")
+
+        world.spy.on_list = refused
+        with pytest.raises(SubagentError) as error:
+            await world.descendants()
+        assert (error.value.code, error.value.field) == (ErrorCode.CORRUPT_SESSION, "header")
 
         async def broken_while_aborted() -> None:
             world.signal_aborted()
@@ -310,6 +321,29 @@ def test_list_4_failed_persisted_listing_fails_the_whole_listing() -> None:
 
         world.spy.on_list = broken_while_aborted
         await cancelled(world.children())
+
+    run(main)
+
+
+def test_list_4_a_sqlite_store_missing_its_events_table_is_unavailable(tmp_path: Path) -> None:
+    """Issue 18: the damaged store fails the listing typed, not with ``sqlite3`` errors."""
+
+    async def main() -> None:
+        path = tmp_path / "sessions.db"
+        persistence = await SqlitePersistence.open(path)
+        world = World(persistence)
+        await world.cold("a")
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("DROP TABLE events")
+        conn.close()
+        try:
+            for listing in (world.children, world.descendants):
+                with pytest.raises(SubagentError) as error:
+                    await listing()
+                assert error.value.code is ErrorCode.PERSISTENCE_UNAVAILABLE
+                assert isinstance(error.value.cause, sqlite3.OperationalError)
+        finally:
+            await persistence.close()
 
     run(main)
 
@@ -733,6 +767,59 @@ def test_list_15_descendants_walk_through_ordinary_and_one_shot_nodes() -> None:
             ("deep", "window", 3),
         ]
         assert len(rows) == 3
+
+    run(main)
+
+
+def test_list_15_a_self_parented_session_is_a_corrupt_row_with_its_subtree_listed() -> None:
+    """Issue 18: a header naming itself as its parent is reported, with no read of it, and
+    its children are listed below it."""
+
+    async def main() -> None:
+        world = World()
+        await world.cold("loop", parent=sid("loop"))
+        await world.cold("kid", parent=sid("loop"))
+        world.live("grandkid", parent=sid("kid"))
+        rows = await world.descendants(sid("loop"))
+        assert [(r.row.id if isinstance(r.row, ChildRow) else r.row.child_id) for r in rows] == [
+            "loop",
+            "kid",
+            "grandkid",
+        ]
+        first = rows[0]
+        assert isinstance(first.row, ListingDiagnostic)
+        assert (first.row.kind, first.parent_id, first.depth) == (
+            DiagnosticKind.CORRUPT,
+            "loop",
+            1,
+        )
+        assert "parent cycle" in first.row.reason
+        assert [(r.parent_id, r.depth) for r in rows[1:]] == [("loop", 1), ("kid", 2)]
+        assert kinds(await world.children(sid("loop"))) == [
+            ("loop", "corrupt"),
+            ("kid", "inactive"),
+        ]
+        assert "inspect loop" not in world.spy.calls
+
+    run(main)
+
+
+def test_list_15_two_sessions_naming_each_other_report_the_cycle() -> None:
+    """Issue 18: ``a`` and ``b`` name each other as parent; listing from ``a`` lists ``b`` and
+    its other child, and reports ``a`` below ``b`` as a parent cycle."""
+
+    async def main() -> None:
+        world = World()
+        world.live("a", parent=sid("b"))
+        await world.cold("b", parent=sid("a"))
+        await world.cold("c", parent=sid("b"))
+        rows = await world.descendants(sid("a"))
+        assert kinds([r.row for r in rows]) == [
+            ("b", "inactive"),
+            ("a", "corrupt"),
+            ("c", "inactive"),
+        ]
+        assert [(r.parent_id, r.depth) for r in rows] == [("a", 1), ("b", 2), ("b", 2)]
 
     run(main)
 

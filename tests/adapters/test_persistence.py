@@ -348,7 +348,7 @@ def test_harness_20_create_log_starts_at_seq_zero(opener: Opener) -> None:
 
 
 @pytest.mark.parametrize("method", ["inspect", "load", "append", "store_projection"])
-def test_harness_23_unknown_id_raises_lookup_error(opener: Opener, method: str) -> None:
+def test_harness_23_unknown_id_is_not_found_naming_the_session(opener: Opener, method: str) -> None:
     async def body() -> None:
         store = await opener()
         await store.create(HEADER, [])
@@ -358,8 +358,11 @@ def test_harness_23_unknown_id_raises_lookup_error(opener: Opener, method: str) 
             "append": lambda: store.append(SessionId("nope"), [note(0)]),
             "store_projection": lambda: store.store_projection(SessionId("nope"), 0, {}),
         }
-        with pytest.raises(LookupError):
+        with pytest.raises(SubagentError) as caught:
             await calls[method]()
+        assert (caught.value.code, caught.value.field) == (ErrorCode.NOT_FOUND, "session_id")
+        assert "'nope'" in str(caught.value)
+        assert await stored_state(store) == [SessionRecord(HEADER, ())]
         await store.close()
 
     run(body())
@@ -709,6 +712,7 @@ async def corrupt_field(path: Path, read: str) -> str | None:
             "load": lambda: store.load(SID),
             "list": store.list,
             "cache": lambda: store.cached_snapshot(HEADER),
+            "append": lambda: store.append(SID, [note(2)]),
         }
         with pytest.raises(SubagentError) as caught:
             await calls[read]()
@@ -801,6 +805,103 @@ def test_harness_26_damaged_cache_row_raises(tmp_path: Path, statement: str, fie
     path = sqlite_file(tmp_path, [note(0)])
     damage(path, statement)
     assert run(corrupt_field(path, "cache")) == field
+
+
+UNDECODABLE = "CAST(x'ff7b' AS TEXT)"  # a TEXT value whose bytes are not UTF-8
+
+
+@pytest.mark.parametrize(
+    ("statement", "field", "reads"),
+    [
+        (
+            f"UPDATE events SET data = {UNDECODABLE} WHERE seq = 1",
+            "events[1].data",
+            ("inspect", "load"),
+        ),
+        (
+            f"UPDATE events SET type = {UNDECODABLE} WHERE seq = 0",
+            "events[0].type",
+            ("inspect", "load"),
+        ),
+        (
+            f"UPDATE sessions SET header = {UNDECODABLE}",
+            "header",
+            ("inspect", "load", "list", "append", "cache"),
+        ),
+        (
+            f"UPDATE projection_cache SET projection = {UNDECODABLE}",
+            "projection.values",
+            ("cache",),
+        ),
+    ],
+)
+def test_harness_23_undecodable_text_is_corrupt_naming_the_field(
+    tmp_path: Path, statement: str, field: str, reads: tuple[str, ...]
+) -> None:
+    """Issue 18: text that is not UTF-8 is damage, not a raw ``sqlite3`` error."""
+    path = sqlite_file(tmp_path, [note(0), note(1)])
+    damage(path, statement)
+    for read in reads:
+        assert run(corrupt_field(path, read)) == field
+
+
+def test_harness_23_undecodable_session_id_is_corrupt_in_the_listing(tmp_path: Path) -> None:
+    path = sqlite_file(tmp_path, [note(0)])
+    damage(path, f"INSERT INTO sessions VALUES ({UNDECODABLE}, '{{}}', 7)")
+
+    async def main() -> SubagentError:
+        store = await SqlitePersistence.open(path, clock=clock)
+        try:
+            with pytest.raises(SubagentError) as caught:
+                await store.list_snapshots()
+            return caught.value
+        finally:
+            await store.close()
+
+    error = run(main())
+    assert (error.code, error.field) == (ErrorCode.CORRUPT_SESSION, "id")
+
+
+ALL = {"list", "inspect", "load", "revision", "append", "create", "cache", "store_projection"}
+
+
+@pytest.mark.parametrize("table", ["events", "sessions", "projection_cache"])
+def test_harness_23_a_store_missing_a_table_is_unavailable_not_a_raw_sqlite_error(
+    tmp_path: Path, table: str
+) -> None:
+    """Issue 18: every call that touches the missing table raises ``PERSISTENCE_UNAVAILABLE``
+    naming the session, with the SQLite error as its cause."""
+    path = sqlite_file(tmp_path, [note(0)])
+    damage(path, f"DROP TABLE {table}")
+
+    async def main() -> dict[str, SubagentError]:
+        store = await SqlitePersistence.open(path, clock=clock)
+        calls: dict[str, Callable[[], Awaitable[object]]] = {
+            "list": store.list,
+            "inspect": lambda: store.inspect(SID),
+            "load": lambda: store.load(SID),
+            "revision": lambda: store.revision(SID),
+            "append": lambda: store.append(SID, [note(1)]),
+            "create": lambda: store.create(FULL_HEADER, [note(0)]),
+            "cache": lambda: store.cached_snapshot(HEADER),
+            "store_projection": lambda: store.store_projection(SID, 0, {}),
+        }
+        errors = {}
+        for name, call in calls.items():
+            try:
+                await call()
+            except SubagentError as error:
+                errors[name] = error
+        await store.close()
+        return errors
+
+    errors = run(main())
+    assert set(errors) == ({"cache", "store_projection"} if table == "projection_cache" else ALL)
+    for name, error in errors.items():
+        assert error.code is ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert isinstance(error.cause, sqlite3.OperationalError)
+        assert f"no such table: {table}" in str(error)
+        assert ("'s1'" in str(error)) is (name not in ("list", "create"))
 
 
 def test_harness_23_sqlite_schema_wal_and_version(tmp_path: Path) -> None:

@@ -46,8 +46,12 @@ def header(
     )
 
 
-def ids(records: tuple[listing.CorpusRecord, ...]) -> list[str]:
-    return [r.header.id for r in records]
+def ids(found: tuple[listing.PositionedCandidate, ...]) -> list[str]:
+    return [p.record.header.id for p in found]
+
+
+def cycles(found: tuple[listing.PositionedCandidate, ...]) -> list[tuple[str, str, int]]:
+    return [(p.record.header.id, p.parent_id, p.depth) for p in found if p.cycle is not None]
 
 
 def test_list_1_missing_projections_fail_first() -> None:
@@ -199,7 +203,59 @@ def test_list_15_cycles_and_the_root_are_visited_once() -> None:
         [header("x", parent="R"), header("y", parent="x"), header("R", parent="y")], []
     )
     found = listing.descendant_candidates(corpus, SessionId("R"))
-    assert [p.record.header.id for p in found] == ["x", "y"]
+    assert ids(found) == ["x", "y", "R"]
+    assert cycles(found) == [("R", "y", 3)]
+    diagnostic = found[-1].cycle
+    assert diagnostic is not None
+    assert (diagnostic.kind, diagnostic.child_id) == (DiagnosticKind.CORRUPT, "R")
+    assert "3 levels up, through y" in diagnostic.reason
+
+
+def test_list_15_a_self_parented_root_is_a_corrupt_row_and_its_subtree_is_listed() -> None:
+    """Issue 18: a header naming itself as parent is reported, not skipped, and every
+    child below it is still listed (the root is not descended into twice)."""
+    corpus = listing.merge_corpus(
+        [
+            header("s", parent="s", at=0.0, origin=None),
+            header("a", parent="s", at=1.0),
+            header("b", parent="a", at=2.0),
+        ],
+        [],
+    )
+    found = listing.descendant_candidates(corpus, SessionId("s"))
+    assert [(p.record.header.id, p.parent_id, p.depth) for p in found] == [
+        ("s", "s", 1),
+        ("a", "s", 1),
+        ("b", "a", 2),
+    ]
+    assert cycles(found) == [("s", "s", 1)]
+    assert found[0].cycle == listing.ListingDiagnostic(
+        DiagnosticKind.CORRUPT,
+        SessionId("s"),
+        "the session names itself as its parent (a parent cycle)",
+    )
+    children = listing.child_candidates(corpus, SessionId("s"))
+    assert ids(children) == ["s", "a"]
+    assert cycles(children) == [("s", "s", 1)]
+
+
+def test_list_15_two_headers_naming_each_other_are_reported_from_either_root() -> None:
+    """Issue 18: ``a`` and ``b`` name each other; listing from either reports the cycle at the
+    root's second appearance and still lists the other's own children."""
+    corpus = listing.merge_corpus(
+        [header("a", parent="b"), header("b", parent="a"), header("c", parent="b", at=1.0)], []
+    )
+    from_a = listing.descendant_candidates(corpus, SessionId("a"))
+    assert [(p.record.header.id, p.parent_id, p.depth) for p in from_a] == [
+        ("b", "a", 1),
+        ("a", "b", 2),
+        ("c", "b", 2),
+    ]
+    assert cycles(from_a) == [("a", "b", 2)]
+    from_b = listing.descendant_candidates(corpus, SessionId("b"))
+    assert ids(from_b) == ["a", "b", "c"]
+    assert cycles(from_b) == [("b", "a", 2)]
+    assert cycles(listing.child_candidates(corpus, SessionId("a"))) == []
 
 
 def test_list_15_deep_chain_needs_no_recursion() -> None:
@@ -229,16 +285,21 @@ def test_list_15_rows_are_annotated_and_omitted_rows_dropped() -> None:
 def test_list_15_descendants_are_unique_subagent_nodes_below_root(
     spec: list[tuple[int, int, bool, bool]],
 ) -> None:
-    """Any corpus, cycles included: each candidate once, subagent origin, parent listed first."""
+    """Any corpus, any root, cycles included: each candidate once, subagent origin, parent
+    listed first; the root reached again is its one cycle diagnostic."""
     headers = [
         header(f"n{i}", parent=f"n{p}" if p < 7 else "R", origin=SUB if sub else None)
         for i, p, sub, _ in spec
     ]
     live = [h for h, (_, _, _, is_live) in zip(headers, spec, strict=True) if is_live]
     corpus = listing.merge_corpus(headers, live)
-    found = listing.descendant_candidates(corpus, SessionId("R"))
-    seen = [p.record.header.id for p in found]
-    assert len(seen) == len(set(seen))
-    assert "R" not in seen
-    assert all(p.record.header.origin is SUB for p in found)
-    assert all(p.record.header.parent_session == p.parent_id for p in found)
+    for root in ["R", *(f"n{i}" for i in range(7))]:
+        found = listing.descendant_candidates(corpus, SessionId(root))
+        seen = [p.record.header.id for p in found if p.cycle is None]
+        assert len(seen) == len(set(seen))
+        assert root not in seen
+        assert all(p.record.header.origin is SUB for p in found if p.cycle is None)
+        assert all(p.record.header.parent_session == p.parent_id for p in found)
+        looped = [p for p in found if p.cycle is not None]
+        assert all(p.record.header.id == root for p in looped)
+        assert len(looped) <= 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from statemachine.exceptions import TransitionNotAllowed
 
-from dsh_subagent.core import inbox, oneshot, oneshot_observer
+from dsh_subagent.core import oneshot, oneshot_observer
+from dsh_subagent.spec import inbox
 from dsh_subagent.spec.charts import (
     InboxMessageChart,
     OneShotRunChart,

@@ -11,12 +11,15 @@ Theory of operation
 2. Preconditions come first, before any read: the services (LIST-1 via
    ``require_listing_services``), the id argument, then an already-aborted signal.
 3. The corpus is the persisted listing (if persistence exists) merged with the store's live
-   sessions, live preferred (LIST-3). A failed persisted listing fails the whole listing,
-   raw, unless the signal is aborted (then ``CANCELLED``) (LIST-4).
+   sessions, live preferred (LIST-3). A failed persisted listing fails the whole listing
+   (LIST-4): ``CANCELLED`` if the signal is aborted, else the backend's ``SubagentError``
+   unchanged, and any other failure as ``PERSISTENCE_UNAVAILABLE`` with it as the cause
+   (issue 18: upstream lets it out raw).
 4. Live candidates are resolved from the registry snapshot with no log read (LIST-7). Cold
    candidates run in a pool of ``min(COLD_READ_CONCURRENCY, n)`` workers, results kept in
    candidate order (LIST-10): a cache row first (a raising read is a silent miss, LIST-8),
-   else one ``inspect`` folded through ``registry.restore`` from seq 0 (LIST-9).
+   else one ``inspect`` folded through ``registry.restore`` from seq 0 (LIST-9). A candidate
+   the core marked as a parent cycle is its diagnostic row, with nothing read.
 5. Cancellation is checked before and after the persisted listing, before and after each
    inspection (success and failure) and after all rows; every persistence read races the
    signal. Every abort observed anywhere becomes ``SubagentError(CANCELLED)`` (LIST-14).
@@ -43,11 +46,11 @@ from dsh_subagent.core.listing import (
     COLD_READ_CONCURRENCY,
     CacheRow,
     Corpus,
-    CorpusRecord,
     DescendantRow,
     Inspected,
     InspectionFailed,
     ListingRow,
+    PositionedCandidate,
     SnapshotFailed,
     child_candidates,
     descendant_candidates,
@@ -114,19 +117,29 @@ class _Listing:
             _check_cancelled(self.signal)
             try:
                 persisted = await race_abort(self.persistence.list(), self.signal)
-            except Exception:
+            except Exception as error:
                 _check_cancelled(self.signal)
-                raise
+                if isinstance(error, SubagentError):
+                    raise
+                raise SubagentError(
+                    ErrorCode.PERSISTENCE_UNAVAILABLE,
+                    f"listing the persisted sessions failed: {error!r}",
+                    cause=error,
+                ) from error
             _check_cancelled(self.signal)
         self.live = {session.id: session for session in self.sessions.list()}
         self.corpus = merge_corpus(persisted, (session.header for session in self.live.values()))
 
-    async def rows(self, candidates: Sequence[CorpusRecord]) -> builtins.list[ListingRow | None]:
+    async def rows(
+        self, candidates: Sequence[PositionedCandidate]
+    ) -> builtins.list[ListingRow | None]:
         rows: builtins.list[ListingRow | None] = [None] * len(candidates)
         cold: deque[int] = deque()
-        for index, record in enumerate(candidates):
-            if record.live:
-                rows[index] = self._live_row(record.header)
+        for index, position in enumerate(candidates):
+            if position.cycle is not None:
+                rows[index] = position.cycle
+            elif position.record.live:
+                rows[index] = self._live_row(position.record.header)
             else:
                 cold.append(index)
         persistence = self.persistence
@@ -135,7 +148,8 @@ class _Listing:
             async def worker() -> None:
                 while cold:
                     index = cold.popleft()
-                    rows[index] = await self._cold_row(persistence, candidates[index].header)
+                    header = candidates[index].record.header
+                    rows[index] = await self._cold_row(persistence, header)
 
             pool = [
                 asyncio.ensure_future(worker())
@@ -263,7 +277,7 @@ async def list_descendants(
         signal=signal,
     )
     positioned = descendant_candidates(listing.corpus, root)
-    rows = await listing.rows([position.record for position in positioned])
+    rows = await listing.rows(positioned)
     return list(descendant_rows(positioned, rows))
 
 

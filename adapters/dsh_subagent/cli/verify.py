@@ -3,11 +3,14 @@
 Theory of operation
 -------------------
 1. Two machines: ``CoreMachine`` (``dsh_subagent.spec.machines``) drives the pure core and the
-   spec's charts in lockstep; ``ServiceMachine`` (``dsh_subagent.cli.service_machine``) drives
-   the real ``SubagentService`` over the reference harness and SQLite, with a drawn fault plan.
+   spec's charts in lockstep; ``ServiceMachine`` (``dsh_subagent.testing.service_machine``)
+   drives the real ``SubagentService`` over the reference harness and SQLite, with a drawn
+   fault plan.
 2. Each machine counts, per invariant ID, how often it was checked and whether it was ever
    violated; the table prints those counts. A violation prints Hypothesis's shrunk sequence
    and the command that reproduces it, and makes the command exit 1.
+3. Both machines need Hypothesis, which only the ``verify`` (and ``dev``) extra installs.
+   Without it the command prints one line naming the extra and exits 2 (``MissingExtra``).
 """
 
 from __future__ import annotations
@@ -39,18 +42,32 @@ def _run(console: Console, label: str, test: Callable[[], None]) -> BaseExceptio
     return None
 
 
+class MissingExtra(click.ClickException):
+    """An optional dependency the command needs is not installed (exit status 2)."""
+
+    exit_code = 2
+
+
+def require_hypothesis() -> None:
+    """Raise ``MissingExtra`` naming the ``verify`` extra unless Hypothesis imports."""
+    try:
+        import hypothesis  # noqa: F401
+    except ModuleNotFoundError as err:
+        if err.name != "hypothesis":
+            raise
+        raise MissingExtra("verify needs Hypothesis: pip install 'dsh-subagent[verify]'") from err
+
+
 def run_verify(*, examples: int, steps: int, seed: int | None, machine: str) -> bool:
     """Run the chosen machines; print their tables; True when every invariant held."""
-    try:
-        from hypothesis import HealthCheck, settings
-        from hypothesis import seed as with_seed
-        from hypothesis.stateful import get_state_machine_test
+    require_hypothesis()
+    from hypothesis import HealthCheck, settings
+    from hypothesis import seed as with_seed
+    from hypothesis.stateful import get_state_machine_test
 
-        from dsh_subagent.cli.service_machine import ServiceMachine, run_service_machine
-        from dsh_subagent.spec.invariants import ALL_INVARIANTS
-        from dsh_subagent.spec.machines import CoreMachine
-    except ImportError as err:  # pragma: no cover - depends on the installed extras
-        raise click.ClickException(f"verify needs Hypothesis ({err})") from err
+    from dsh_subagent.spec.invariants import ALL_INVARIANTS
+    from dsh_subagent.spec.machines import CoreMachine
+    from dsh_subagent.testing.service_machine import ServiceMachine, run_service_machine
 
     console = Console(soft_wrap=True)
     # Planted faults make contained listeners and flushes log warnings by design; the table

@@ -28,12 +28,12 @@ from dsh_subagent.adapters.protocols import (
 )
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.conformance.support import HarnessFactory, ModelBook
-from dsh_subagent.core.inbox import MessageLedger, ledger_of
 from dsh_subagent.core.values import CancelKind, MessageId, TextBlock
+from dsh_subagent.spec.inbox import MessageLedger, ledger_of
 
 
 class InboxMachine(RuleBasedStateMachine):
-    """One agent on its own event loop; the core ledger is the oracle."""
+    """One agent on its own event loop; the spec's inbox ledger is the oracle."""
 
     factory: HarnessFactory
 

@@ -2,7 +2,7 @@
 
 Values, errors and transition functions only: no asyncio, clocks, randomness or IO. Ids and
 times arrive as event fields. The machines live in their own modules
-(``dsh_subagent.core.manager``, ``.oneshot``, ``.inbox``); this package exports the value
+(``dsh_subagent.core.manager``, ``.oneshot``); this package exports the value
 vocabulary and the error type. See ``docs/spec.md`` for the rules each module implements.
 """
 

@@ -46,6 +46,8 @@ class ErrorCode(enum.Enum):
     CORRUPT_DESCRIPTOR = "CORRUPT_DESCRIPTOR"
     UNSUPPORTED_DESCRIPTOR_VERSION = "UNSUPPORTED_DESCRIPTOR_VERSION"
     CORRUPT_SESSION = "CORRUPT_SESSION"
+    # A persistence read or write named a session id no session is stored under.
+    NOT_FOUND = "NOT_FOUND"
     # Misuse of a core machine: an event its current state does not accept.
     ILLEGAL_TRANSITION = "ILLEGAL_TRANSITION"
 

@@ -11,9 +11,9 @@ Theory of operation
    ``parent_session`` of some ``origin == subagent`` record: the ``has_children`` hint
    (LIST-11), computed from headers only.
 3. Candidates of ``list_children(P)`` are records with ``parent_session == P`` and subagent
-   origin, ordered by ``(created_at, id)`` (LIST-5). Ids compare by code point: a
-   deterministic choice where upstream uses a locale-aware compare (A15). An unknown parent
-   simply has no candidates (LIST-6).
+   origin (and ``P`` itself if it names itself, rule 6), ordered by ``(created_at, id)``
+   (LIST-5). Ids compare by code point: a deterministic choice where upstream uses a
+   locale-aware compare (A15). An unknown parent simply has no candidates (LIST-6).
 4. Each candidate walks a ladder; every rung is a function of what the adapter read:
    ``resolve_live`` (live: a failed snapshot is ``corrupt``, no identity is omitted — the
    creation window, LIST-7, A17), ``resolve_cached`` (cold: a cache identity serves only when
@@ -22,11 +22,17 @@ Theory of operation
    ``resolve_inspection`` (cold: a failed read is ``unavailable``; another lifecycle, a
    failed fold or no identity is ``corrupt``, LIST-9).
 5. ``descendant_candidates`` walks the parent→children map of *all* records depth-first in
-   pre-order with an explicit stack and a visited set seeded with the root, so cycles and
-   repeats are skipped and no recursion limit applies; only subagent-origin nodes become
-   candidates, but every node is traversed (LIST-15). ``descendant_rows`` annotates rows
-   with parent and depth and drops omitted ones.
-6. Nothing here loads, resumes, repairs or writes anything (LIST-16); provider availability
+   pre-order with an explicit stack, so no recursion limit applies; only subagent-origin
+   nodes become candidates, but every node is traversed (LIST-15). ``descendant_rows``
+   annotates rows with parent and depth and drops omitted ones.
+6. Parent cycles (issue 18). Each header names one parent, so a walk down from a root meets
+   a cycle only by reaching the root again: a header that is its own parent, or a loop of
+   headers back to the root. A cycle elsewhere has no way in and is reported by its members'
+   listings. The root named again is not skipped silently: whatever its origin, that
+   position carries a ``corrupt`` diagnostic (``cycle``), which the adapter passes through
+   without reading anything, and the walk does not descend into the root twice (so it needs
+   no visited set). Every other row of the subtree is listed as usual.
+7. Nothing here loads, resumes, repairs or writes anything (LIST-16); provider availability
    plays no part (LIST-17).
 """
 
@@ -158,46 +164,69 @@ def _order(record: CorpusRecord) -> tuple[float, str]:
     return (record.header.created_at, record.header.id)
 
 
-def child_candidates(corpus: Corpus, parent: SessionId) -> tuple[CorpusRecord, ...]:
-    """The subagent-origin records whose durable parent is ``parent``, in listing order."""
-    found = (
-        r
-        for r in corpus.records.values()
-        if r.header.parent_session == parent and _is_subagent(r.header)
-    )
-    return tuple(sorted(found, key=_order))
-
-
 @attrs.frozen
 class PositionedCandidate:
-    """A descendant candidate with its traversal parent and depth."""
+    """A candidate with its traversal parent and depth (direct children are 1).
+
+    ``cycle`` is set when the candidate is the listing's root named again below itself: its
+    row is that diagnostic, decided here with nothing to read (rule 6).
+    """
 
     record: CorpusRecord
     parent_id: SessionId
     depth: int
+    cycle: ListingDiagnostic | None = None
+
+
+def _cycle(root: SessionId, parent: SessionId, depth: int) -> ListingDiagnostic:
+    reason = (
+        "the session names itself as its parent (a parent cycle)"
+        if depth == 1
+        else f"parent cycle: the session is its own ancestor {depth} levels up, through {parent}"
+    )
+    return ListingDiagnostic(DiagnosticKind.CORRUPT, root, reason)
+
+
+def _position(
+    record: CorpusRecord, root: SessionId, parent: SessionId, depth: int
+) -> PositionedCandidate:
+    """A candidate below ``parent``; the root reached again carries its cycle diagnostic."""
+    cycle = _cycle(root, parent, depth) if record.header.id == root else None
+    return PositionedCandidate(record, parent, depth, cycle)
+
+
+def child_candidates(corpus: Corpus, parent: SessionId) -> tuple[PositionedCandidate, ...]:
+    """The subagent-origin records whose durable parent is ``parent``, in listing order."""
+    found = (
+        r
+        for r in corpus.records.values()
+        if r.header.parent_session == parent and (_is_subagent(r.header) or r.header.id == parent)
+    )
+    return tuple(_position(r, parent, parent, 1) for r in sorted(found, key=_order))
 
 
 def descendant_candidates(corpus: Corpus, root: SessionId) -> tuple[PositionedCandidate, ...]:
-    """Subagent-origin descendants of ``root`` in depth-first pre-order (LIST-15)."""
+    """Subagent-origin descendants of ``root`` in depth-first pre-order (LIST-15).
+
+    The root named again below itself is listed once, as its cycle diagnostic (rule 6).
+    """
     children: dict[SessionId, list[CorpusRecord]] = {}
     for record in corpus.records.values():
         if record.header.parent_session is not None:
             children.setdefault(record.header.parent_session, []).append(record)
     for siblings in children.values():
         siblings.sort(key=_order)
-    stack = [PositionedCandidate(r, root, 1) for r in reversed(children.get(root, []))]
-    visited = {root}
+    stack = [_position(r, root, root, 1) for r in reversed(children.get(root, []))]
     found: list[PositionedCandidate] = []
-    while stack:
+    while stack:  # each header has one parent: only the root can be reached twice
         position = stack.pop()
-        node = position.record.header.id
-        if node in visited:
-            continue
-        visited.add(node)
-        if _is_subagent(position.record.header):
+        if position.cycle is not None or _is_subagent(position.record.header):
             found.append(position)
+        if position.cycle is not None:
+            continue
+        node = position.record.header.id
         below = children.get(node, [])
-        stack.extend(PositionedCandidate(r, node, position.depth + 1) for r in reversed(below))
+        stack.extend(_position(r, root, node, position.depth + 1) for r in reversed(below))
     return tuple(found)
 
 

@@ -22,11 +22,11 @@ from statemachine import State, StateChart
 from statemachine.states import States
 from statemachine.transition_list import TransitionList
 
-from dsh_subagent.core.inbox import MessageState
 from dsh_subagent.core.manager_events import Phase
 from dsh_subagent.core.oneshot import RunPhase
 from dsh_subagent.core.oneshot_observer import RunObservation
 from dsh_subagent.core.residency import AgentStatus, Residency, ResidencyFacts
+from dsh_subagent.spec.inbox import MessageState
 
 Edge = tuple[object, str, object]
 

@@ -24,7 +24,6 @@ import attrs
 from dsh_subagent.core import oneshot_observer
 from dsh_subagent.core.authority import ParentAuthority, UserAuthority
 from dsh_subagent.core.errors import SubagentError
-from dsh_subagent.core.inbox import ledger_of
 from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
 from dsh_subagent.core.manager import ManagerState, residency_of
 from dsh_subagent.core.manager_effects import (
@@ -40,6 +39,7 @@ from dsh_subagent.core.manager_effects import (
 from dsh_subagent.core.manager_events import LIVE, Event, FollowupRequested, Phase
 from dsh_subagent.core.residency import Residency
 from dsh_subagent.core.values import MessageId, SessionId
+from dsh_subagent.spec.inbox import ledger_of
 
 
 @attrs.frozen

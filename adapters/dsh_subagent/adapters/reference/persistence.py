@@ -13,8 +13,8 @@ Theory of operation
    infinities, lone surrogates and ints too long for ``json`` are refused.
 3. Both backends store the same rows and read them through the same decoder, so they behave
    identically; the in-memory backend exists for fast tests. Damage found on read (JSON that
-   does not parse, a seq gap, a header that does not validate, a non-finite time) raises
-   ``SubagentError(CORRUPT_SESSION)`` naming the session and the seq.
+   does not parse or is not UTF-8, a seq gap, a header that does not validate, a non-finite
+   time) raises ``SubagentError(CORRUPT_SESSION)`` naming the session and the seq.
 4. ``inspect`` never writes (HARNESS-23, LIST-16). ``load`` repairs: if the last ``turn/start``
    has no later ``turn/end`` for that turn, it durably appends ``turn/end`` with reason
    ``interrupted`` (the only writer of that reason, HARNESS-22) and returns the repaired log
@@ -25,8 +25,11 @@ Theory of operation
    watermark ``as_of_seq`` (how many events the values fold, ``0 <= as_of_seq <= revision``) and
    the values. A newer watermark replaces an older one, never the reverse. A damaged row raises
    ``CORRUPT_SESSION``; a header that is not the stored lifecycle's header gets no row.
-7. Unknown ids raise ``LookupError``; any call after ``close`` raises
-   ``SubagentError(PERSISTENCE_UNAVAILABLE)``.
+7. Every failure a caller sees is a ``SubagentError`` (issue 18): an unknown id raises
+   ``NOT_FOUND`` naming it (field ``session_id``); any call after ``close``, or a store that
+   cannot be read at all (a missing table, a failing disk), raises ``PERSISTENCE_UNAVAILABLE``
+   with the backend's error as the cause; stored text that does not decode is damage
+   (``CORRUPT_SESSION``, rule 3).
 """
 
 from __future__ import annotations
@@ -70,9 +73,11 @@ MAX_SAFE_INTEGER: Final = 2**53 - 1
 # --------------------------------------------------------------------------- errors
 
 
-def unknown_session(session_id: str) -> LookupError:
+def unknown_session(session_id: str) -> SubagentError:
     """The error for an id no session is stored under."""
-    return LookupError(f"unknown session {session_id!r}")
+    return SubagentError(
+        ErrorCode.NOT_FOUND, f"no session is stored under {session_id!r}", field="session_id"
+    )
 
 
 def closed_error() -> SubagentError:

@@ -23,6 +23,11 @@ Theory of operation
    append costs the same on a long log as on a short one; a seq gap is damage that the
    reading paths (``inspect``/``load``) report as ``CORRUPT_SESSION``.
 6. Behaviour is exactly ``InMemoryPersistence``'s: both use the row codec of ``persistence``.
+7. No ``sqlite3`` error reaches a caller (issue 18). When a statement fails, a slow scan of
+   the raw bytes the call reads (``_undecodable``, on the failure path only) looks for text
+   that is not UTF-8: found, it is ``CORRUPT_SESSION`` naming the session and the field
+   (``events[3].data``); otherwise the store is unusable (a missing table, a failing disk),
+   ``PERSISTENCE_UNAVAILABLE`` naming the session, with the SQLite error as the cause.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import builtins
 import contextlib
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final, TypeVar
 
@@ -43,6 +48,7 @@ from dsh_subagent.adapters.reference.persistence import (
     EventRow,
     check_header,
     closed_error,
+    corrupt,
     decode_events,
     decode_header,
     decode_projection,
@@ -83,6 +89,8 @@ _SCHEMA: Final = (
 )
 
 _T = TypeVar("_T")
+_Text = tuple[str, str, bytes]
+"""Stored text for the undecodable-text scan: ``(session id, field, raw bytes)``."""
 
 
 @contextlib.contextmanager
@@ -153,6 +161,57 @@ def _insert_events(conn: sqlite3.Connection, session_id: str, rows: Sequence[Eve
     )
 
 
+def _raw_text(conn: sqlite3.Connection, session_id: SessionId | None) -> Iterable[_Text]:
+    """The stored text a call on ``session_id`` reads (``None``: the listing), as bytes."""
+    if session_id is None:
+        query = "SELECT CAST(id AS BLOB), CAST(header AS BLOB) FROM sessions ORDER BY created_seq"
+        for raw_id, header in conn.execute(query):
+            name = raw_id.decode(errors="backslashreplace")
+            yield from ((name, "id", raw_id), (name, "header", header))
+        return
+    ask = (session_id,)
+    for (header,) in conn.execute("SELECT CAST(header AS BLOB) FROM sessions WHERE id = ?", ask):
+        yield session_id, "header", header
+    query = """SELECT seq, CAST(type AS BLOB), CAST(data AS BLOB) FROM events
+        WHERE session_id = ? ORDER BY seq"""
+    for seq, kind, data in conn.execute(query, ask):
+        yield from (
+            (session_id, f"events[{seq}].type", kind),
+            (session_id, f"events[{seq}].data", data),
+        )
+    query = "SELECT CAST(projection AS BLOB) FROM projection_cache WHERE session_id = ?"
+    for (values,) in conn.execute(query, ask):
+        yield session_id, "projection.values", values
+
+
+def _undecodable(conn: sqlite3.Connection, session_id: SessionId | None) -> SubagentError | None:
+    """``CORRUPT_SESSION`` for the first stored text of the call that is not UTF-8, if any."""
+    try:
+        for name, field, raw in _raw_text(conn, session_id):
+            try:
+                raw.decode()
+            except UnicodeDecodeError as error:
+                return corrupt(name, field, f"stored text is not UTF-8 ({error})")
+    except sqlite3.Error:
+        return None  # the store itself is unusable: reported as such by the caller
+    return None
+
+
+def _typed_failure(
+    conn: sqlite3.Connection, error: sqlite3.Error, session_id: SessionId | None
+) -> SubagentError:
+    """The typed error a caller sees for a failed statement (rule 7)."""
+    damage = _undecodable(conn, session_id)
+    if damage is not None:
+        return damage
+    where = "" if session_id is None else f" on session {session_id!r}"
+    return SubagentError(
+        ErrorCode.PERSISTENCE_UNAVAILABLE,
+        f"the SQLite session store failed{where}: {error}",
+        cause=error,
+    )
+
+
 class SqlitePersistence:
     """Durable session storage in one SQLite file; create it with ``await open(path)``."""
 
@@ -198,11 +257,20 @@ class SqlitePersistence:
             raise
         return cls(executor, conn, clock)
 
-    async def _run(self, job: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run ``job`` on the connection's own thread."""
+    async def _run(
+        self, job: Callable[[sqlite3.Connection], _T], session_id: SessionId | None = None
+    ) -> _T:
+        """Run ``job`` on the connection's own thread; a SQLite error comes out typed."""
         if self._closed:
             raise closed_error()
-        return await asyncio.get_running_loop().run_in_executor(self._executor, job, self._conn)
+
+        def guarded(conn: sqlite3.Connection) -> _T:
+            try:
+                return job(conn)
+            except sqlite3.Error as error:
+                raise _typed_failure(conn, error, session_id) from error
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, guarded, self._conn)
 
     async def list(self) -> builtins.list[SessionHeader]:
         """Every stored header, in creation order."""
@@ -232,7 +300,7 @@ class SqlitePersistence:
                 row: tuple[int] | None = conn.execute(query, (sid, sid)).fetchone()
             return None if row is None else row[0]
 
-        return await self._run(job)
+        return await self._run(job, sid)
 
     async def inspect(self, session_id: SessionId) -> SessionRecord:
         """The stored session as it is; never mutates storage."""
@@ -242,7 +310,7 @@ class SqlitePersistence:
             with _transaction(conn, "BEGIN"):
                 return _read_record(conn, sid)
 
-        return await self._run(job)
+        return await self._run(job, sid)
 
     async def load(self, session_id: SessionId) -> SessionRecord:
         """The stored session, after durably closing an interrupted tail turn."""
@@ -257,7 +325,7 @@ class SqlitePersistence:
                 _insert_events(conn, sid, encode_events([repair]))
             return SessionRecord(record.header, (*record.events, repair))
 
-        return await self._run(job)
+        return await self._run(job, sid)
 
     async def create(self, header: SessionHeader, events: Sequence[SessionEvent]) -> None:
         """Store a new session whose log starts at seq 0."""
@@ -280,7 +348,7 @@ class SqlitePersistence:
                 )
                 _insert_events(conn, sid, rows)
 
-        await self._run(job)
+        await self._run(job, sid)
 
     async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
         """Append events that continue the stored log exactly."""
@@ -295,7 +363,7 @@ class SqlitePersistence:
                 require_continues(rows, _revision(conn, sid))
                 _insert_events(conn, sid, rows)
 
-        await self._run(job)
+        await self._run(job, sid)
 
     async def cached_snapshot(self, header: SessionHeader) -> CachedProjection | None:
         """The cached values for this exact session lifecycle, or ``None``."""
@@ -312,7 +380,7 @@ class SqlitePersistence:
                     return None
                 return decode_projection(sid, row[0], row[1], _revision(conn, sid))
 
-        return await self._run(job)
+        return await self._run(job, sid)
 
     async def store_projection(
         self, session_id: SessionId, as_of_seq: int, values: Mapping[str, JsonValue]
@@ -337,7 +405,7 @@ class SqlitePersistence:
                     (sid, seq, text),
                 )
 
-        await self._run(job)
+        await self._run(job, sid)
 
     async def close(self) -> None:
         """Close the connection and its thread; later calls raise ``PERSISTENCE_UNAVAILABLE``."""

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh_subagent.core.errors import ErrorCode, SubagentError
-from dsh_subagent.core.inbox import InboxEvent, MessageLedger, MessageState, ledger_of, step
 from dsh_subagent.core.values import MessageId
+from dsh_subagent.spec.inbox import InboxEvent, MessageLedger, MessageState, ledger_of, step
 
 M1, M2 = MessageId("m1"), MessageId("m2")
 

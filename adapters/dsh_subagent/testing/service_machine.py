@@ -21,8 +21,9 @@ Theory of operation
    drain the "eventually" ones too (every start ended, every accepted message left its inbox,
    no Activation and no child agent left).
 5. ``run_service_machine`` is the entry point ``dsh-subagent verify`` may call. The module
-   lives in the application layer (``cli``) because the import contract forbids ``spec``
-   from importing ``adapters``; it uses the spec's invariant predicates.
+   lives in ``dsh_subagent.testing``, above both adapters and spec, because the import
+   contract forbids ``spec`` from importing ``adapters``; it uses the spec's invariant
+   predicates.
 """
 
 from __future__ import annotations
@@ -63,15 +64,6 @@ from dsh_subagent.adapters.providers.base import (
 from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
 from dsh_subagent.adapters.service import LifecyclePayload
 from dsh_subagent.adapters.signals import AbortController, AbortSignal
-from dsh_subagent.cli.service_faults import (
-    FaultPlan,
-    FaultySqlite,
-    FlakyProvider,
-    GatedModel,
-    ObservedHarness,
-    PlannedFault,
-    fault_plans,
-)
 from dsh_subagent.core.errors import SubagentError
 from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
 from dsh_subagent.core.manager_events import ReportDelivery
@@ -84,6 +76,15 @@ from dsh_subagent.core.values import (
     UserMessage,
 )
 from dsh_subagent.spec.invariants import depth_violations, inbox_violations
+from dsh_subagent.testing.service_faults import (
+    FaultPlan,
+    FaultySqlite,
+    FlakyProvider,
+    GatedModel,
+    ObservedHarness,
+    PlannedFault,
+    fault_plans,
+)
 
 T = TypeVar("T")
 ROOT = SessionId("root")

@@ -107,9 +107,11 @@ class FaultySqlite(SqlitePersistence):
     appends = 0
     before_io: Callable[[], None] = staticmethod(lambda: None)
 
-    async def _run(self, job: Callable[[sqlite3.Connection], T]) -> T:
+    async def _run(
+        self, job: Callable[[sqlite3.Connection], T], session_id: SessionId | None = None
+    ) -> T:
         self.before_io()  # the await points a caller's abort is placed at
-        return await super()._run(job)
+        return await super()._run(job, session_id)
 
     async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
         self.appends += 1

@@ -8,6 +8,8 @@ Theory of operation
    ``ILLEGAL_TRANSITION`` (a message claimed twice, or claimed after its discard).
 3. ``MessageLedger`` folds a stream of inbox notifications for many messages; it is the
    pure oracle the invariants use to check "every accepted message leaves exactly once".
+4. This is an oracle, not a machine the product runs (the reference agent keeps its own
+   inbox), so it lives in the spec beside the charts built from it; it imports only the core.
 """
 
 from __future__ import annotations
