@@ -301,10 +301,7 @@ def one_shot_result(
 
 
 def output_text(output: Output) -> str:
-    """The concatenated text of the output's text blocks, no separator (TOOL-23).
-
-    post: __return__ == "" or len(output) > 0
-    """
+    """The concatenated text of the output's text blocks, no separator (TOOL-23)."""
     return "".join(
         str(block["text"])
         for block in output
@@ -315,11 +312,7 @@ def output_text(output: Output) -> str:
 
 
 def job_outcome(result: SubagentResult) -> JobOutcome:
-    """A one-shot run's result as a background job's outcome (rule 7, ONE-19, BG-6).
-
-    post: (__return__.status is JobStatus.COMPLETED) == (result.stop_reason is KnownStop.COMPLETED)
-    post: __return__.status is JobStatus.COMPLETED or __return__.output == ""
-    """
+    """A one-shot run's result as a background job's outcome (rule 7, ONE-19, BG-6)."""
     if result.stop_reason is KnownStop.COMPLETED:
         return JobOutcome(JobStatus.COMPLETED, output_text(result.output))
     if result.stop_reason is KnownStop.ABORTED:
