@@ -328,3 +328,26 @@ def test_one_14_completed_without_a_capture_reports_error_or_aborted_when_cancel
 def test_one_20_cancelled_run_without_an_accounting_turn_is_aborted() -> None:
     assert one_shot_result(log(CANCEL), cancelled=True).stop_reason is KnownStop.ABORTED
     assert one_shot_result(log(CANCEL)).stop_reason is KnownStop.ERROR
+
+
+def test_one_19_job_outcome_maps_the_stop_reason() -> None:
+    from dsh_subagent.core.jobs import JobOutcome, JobStatus
+    from dsh_subagent.core.output import dispose_failed, job_outcome
+    from dsh_subagent.core.values import OtherStop, SubagentResult
+
+    blocks = ({"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"})
+    assert job_outcome(SubagentResult(blocks, KnownStop.COMPLETED)) == JobOutcome(
+        JobStatus.COMPLETED, "ab"
+    )
+    assert job_outcome(SubagentResult(blocks, KnownStop.ABORTED)) == JobOutcome(JobStatus.KILLED)
+    assert job_outcome(SubagentResult(blocks, KnownStop.REFUSAL, diagnostic="no")) == JobOutcome(
+        JobStatus.FAILED, detail="refusal; diagnostic: no"
+    )
+    failed = job_outcome(SubagentResult((), OtherStop("x-stop")))
+    assert failed == JobOutcome(JobStatus.FAILED, detail="x-stop")
+    assert dispose_failed(failed, "E: gone") == JobOutcome(
+        JobStatus.FAILED, detail="x-stop; dispose failed: E: gone"
+    )
+    assert dispose_failed(JobOutcome(JobStatus.COMPLETED, "ab"), "E: gone") == JobOutcome(
+        JobStatus.FAILED, detail="dispose failed: E: gone"
+    )

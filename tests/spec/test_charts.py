@@ -64,3 +64,14 @@ def test_cont_5_activation_chart_guards_choose_the_refusal_edge() -> None:
         chart.send(event)
     chart.send("ChildPrepared", admission_lost=True)
     assert chart.current_state_value is Phase.ABSENT
+
+
+def test_bg_31_job_chart_matches_core_table() -> None:
+    from dsh_subagent.core import jobs
+    from dsh_subagent.spec.charts import JobChart
+
+    core = {(src, ev.__name__, dst) for (src, ev), dst in jobs.TRANSITIONS.items()}
+    assert edges(JobChart) == core
+    chart = JobChart()
+    with pytest.raises(TransitionNotAllowed):
+        chart.send("JobCompleted")

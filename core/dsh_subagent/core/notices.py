@@ -14,7 +14,10 @@ Theory of operation
    wake, no accounting) when the parent's lineage is closing or the parent is itself being
    released; otherwise FOLLOWUP to an idle parent or STEER into a busy one, through the
    waking-admission accounting when the parent is a resident Activation.
-6. Sending never fails teardown (NOTICE-14): that is the adapter's duty; the core only
+6. A background job's completion notice (BG-37) has its own, smaller router,
+   ``route_job_notice``: ``wakeup`` delivery follows up an idle owner while it has wakes left,
+   otherwise (busy, out of wakes, or ``quiet`` delivery) it injects.
+7. Sending never fails teardown (NOTICE-14): that is the adapter's duty; the core only
    decides what to send and in which order (see ``manager``).
 """
 
@@ -63,6 +66,13 @@ class NoticeRoute(enum.Enum):
     FOLLOWUP = "followup"
     STEER = "steer"
     DROP = "drop"
+
+
+class CompletionDelivery(enum.Enum):
+    """How a background job's completion notice reaches its owner (BG-37)."""
+
+    WAKEUP = "wakeup"
+    QUIET = "quiet"
 
 
 @attrs.frozen
@@ -132,3 +142,17 @@ def route_notice(parent: ParentFacts) -> NoticeDecision:
         return NoticeDecision(NoticeRoute.INJECT)
     route = NoticeRoute.FOLLOWUP if parent.status is AgentStatus.IDLE else NoticeRoute.STEER
     return NoticeDecision(route, accounted=parent.resident)
+
+
+def route_job_notice(
+    delivery: CompletionDelivery, owner_idle: bool, wakes_left: int
+) -> NoticeRoute:
+    """Route a job's completion notice to its owner (BG-37): follow up or inject.
+
+    post: __return__ in (NoticeRoute.FOLLOWUP, NoticeRoute.INJECT)
+    post: __return__ is NoticeRoute.INJECT or (owner_idle and wakes_left > 0)
+    post: delivery is CompletionDelivery.WAKEUP or __return__ is NoticeRoute.INJECT
+    """
+    if delivery is CompletionDelivery.WAKEUP and owner_idle and wakes_left > 0:
+        return NoticeRoute.FOLLOWUP
+    return NoticeRoute.INJECT

@@ -1,4 +1,4 @@
-"""A child's final output, its consumed work, and the two stop-reason mappings.
+"""A child's final output, its consumed work, and the stop-reason mappings.
 
 Theory of operation
 -------------------
@@ -27,6 +27,11 @@ Theory of operation
 6. A one-shot result with a requested output schema carries ``structured`` only when a value
    was captured; without one a ``completed`` run reports ``error`` (``aborted`` if cancelled)
    (ONE-14).
+7. A one-shot run settles a background job by a third mapping (ONE-19, BG-6, A8):
+   ``completed`` -> ``completed`` with the concatenated text of the output's text blocks,
+   ``aborted`` -> ``killed``, any other reason -> ``failed`` with ``<reason>`` or
+   ``<reason>; diagnostic: <d>`` (partial output is dropped). A failed disposal afterwards
+   turns any outcome ``failed``, appending ``dispose failed: <error>`` to the detail.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Final, TypeAlias
 import attrs
 
 from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.jobs import JobOutcome, JobStatus
 from dsh_subagent.core.values import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
@@ -51,6 +57,7 @@ from dsh_subagent.core.values import (
     SubagentResult,
     TextBlock,
     TurnEndReason,
+    stop_reason_text,
 )
 from dsh_subagent.core.wire import decode_content, encode_block, turn_end_reason
 
@@ -290,6 +297,43 @@ def one_shot_result(
     return SubagentResult(output, stop)
 
 
+# --------------------------------------------------------------------------- job outcomes
+
+
+def output_text(output: Output) -> str:
+    """The concatenated text of the output's text blocks, no separator (TOOL-23)."""
+    return "".join(
+        str(block["text"])
+        for block in output
+        if isinstance(block, Mapping)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    )
+
+
+def job_outcome(result: SubagentResult) -> JobOutcome:
+    """A one-shot run's result as a background job's outcome (rule 7, ONE-19, BG-6)."""
+    if result.stop_reason is KnownStop.COMPLETED:
+        return JobOutcome(JobStatus.COMPLETED, output_text(result.output))
+    if result.stop_reason is KnownStop.ABORTED:
+        return JobOutcome(JobStatus.KILLED)
+    detail = stop_reason_text(result.stop_reason)
+    if result.diagnostic:
+        detail += f"; diagnostic: {result.diagnostic}"
+    return JobOutcome(JobStatus.FAILED, detail=detail)
+
+
+def dispose_failed(outcome: JobOutcome, failure: str) -> JobOutcome:
+    """``outcome`` after the run's disposal failed with ``failure`` (rule 7, BG-6).
+
+    post: __return__.status is JobStatus.FAILED and __return__.output == ""
+    """
+    text = f"dispose failed: {failure}"
+    return JobOutcome(
+        JobStatus.FAILED, detail=f"{outcome.detail}; {text}" if outcome.detail else text
+    )
+
+
 __all__ = [
     "AssistantOutputFold",
     "Captured",
@@ -297,11 +341,14 @@ __all__ = [
     "Output",
     "OtherTurnEnd",
     "TurnEnding",
+    "dispose_failed",
     "epoch_stop_reason",
     "final_assistant_output",
     "fold_consumed_work",
+    "job_outcome",
     "last_assistant_message",
     "one_shot_result",
     "one_shot_stop_reason",
+    "output_text",
     "select_output",
 ]

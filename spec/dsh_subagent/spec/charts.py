@@ -22,6 +22,7 @@ from statemachine import State, StateChart
 from statemachine.states import States
 from statemachine.transition_list import TransitionList
 
+from dsh_subagent.core.jobs import ABSENT, JobStatus
 from dsh_subagent.core.manager_events import Phase
 from dsh_subagent.core.oneshot import RunPhase
 from dsh_subagent.core.oneshot_observer import RunObservation
@@ -275,11 +276,63 @@ class ResidencyChart(StateChart[object]):
         return not _busy(facts) and facts.owned_count == 0
 
 
+class JobChart(StateChart[object]):
+    """One background job: running, optional stopping, one terminal status, then dropped.
+
+    Rules: BG-4, BG-8, BG-31, BG-35, BG-36, BG-39. ``absent`` is before registration and after
+    the owner's release; events for a whole owner are sent to each of its jobs.
+    """
+
+    allow_event_without_transition = False
+    catch_errors_as_events = False
+
+    absent = State(initial=True, value=ABSENT)
+    _ = States.from_enum(JobStatus, initial=None)
+
+    # The starter returned: the id is allocated and the job runs (BG-2, BG-4).
+    JobStarted = absent.to(_.RUNNING)
+    # The first settlement wins; a later one changes nothing (BG-31).
+    JobCompleted = (
+        _.RUNNING.to(_.COMPLETED)
+        | _.STOPPING.to(_.COMPLETED)
+        | _self_loops(_.COMPLETED, _.KILLED, _.FAILED)
+    )
+    JobKilled = (
+        _.RUNNING.to(_.KILLED)
+        | _.STOPPING.to(_.KILLED)
+        | _self_loops(_.COMPLETED, _.KILLED, _.FAILED)
+    )
+    JobFailed = (
+        _.RUNNING.to(_.FAILED)
+        | _.STOPPING.to(_.FAILED)
+        | _self_loops(_.COMPLETED, _.KILLED, _.FAILED)
+    )
+    # A teardown cancel that raised force-fails a live job (BG-39).
+    CancelRaised = (
+        _.RUNNING.to(_.FAILED)
+        | _.STOPPING.to(_.FAILED)
+        | _self_loops(_.COMPLETED, _.KILLED, _.FAILED)
+    )
+    # A kill only asks; once the producer's cancel returned the job is stopping (BG-35).
+    KillRequested = _self_loops(_.RUNNING, _.STOPPING, _.COMPLETED, _.KILLED, _.FAILED)
+    CancelReturned = (
+        _.RUNNING.to(_.STOPPING)
+        | _.STOPPING.to.itself()
+        | _self_loops(_.COMPLETED, _.KILLED, _.FAILED)
+    )
+    # Reads and owner disposal only set the reported bit (BG-36, BG-39).
+    OutputRead = _self_loops(_.RUNNING, _.STOPPING, _.COMPLETED, _.KILLED, _.FAILED)
+    OwnerDisposed = _self_loops(_.RUNNING, _.STOPPING, _.COMPLETED, _.KILLED, _.FAILED)
+    # Once every job of the disposed owner is terminal they are dropped (BG-8).
+    OwnerReleased = _.COMPLETED.to(absent) | _.KILLED.to(absent) | _.FAILED.to(absent)
+
+
 CHARTS: dict[str, type[StateChart[object]]] = {
     "one-shot-run": OneShotRunChart,
     "run-observation": RunObservationChart,
     "inbox-message": InboxMessageChart,
     "activation": ActivationChart,
     "residency": ResidencyChart,
+    "job": JobChart,
 }
 """Every chart, by the file stem its diagram is written under."""

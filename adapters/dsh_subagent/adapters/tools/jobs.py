@@ -1,41 +1,35 @@
-"""The background task surface: a parent-owned job registry and ``settle_run``.
+"""The background task surface: the performer of ``core.jobs`` and ``settle_run``.
 
 Theory of operation
 -------------------
 1. Seed 003 names this surface *tasks* (``task_kill``, ``started background subagent task``);
-   its tools live in ``task_tools``. Ids are ``<kind>-<n>`` with a per-kind counter local to
-   the registry, from 1, never reused (BG-4).
-2. ``start(kind, label, owner, starter)`` runs every preflight before the producer (BG-30):
-   non-empty kind and label; the owner is the agent registry's current instance for its id;
-   the owner's ``running`` + ``stopping`` jobs are under the limit. Only then is the
-   synchronous ``starter`` called, and only after it returns are the id allocated and the
-   record stored, with no await in between (BG-2, BG-3). Owner cleanup is attached once.
-3. Status: ``running`` -> optional ``stopping`` -> one of ``completed`` | ``killed`` |
-   ``failed``; the first settlement wins and a failing ``done`` is contained as ``failed``
-   (BG-31). An owned job is reachable only from its owner's session (BG-32).
-4. ``kill`` calls the producer's cancel first (a raise leaves the job unchanged), then marks
-   it ``stopping`` and reported; a finished job is only marked reported (BG-35). A terminal
-   read, a wait that sees settlement, a kill and teardown mark a job reported (BG-36); an
-   unreported owned settlement sends the owner one notice (BG-37): ``wakeup`` delivery follows
-   up an idle owner while it has wakes left (a claimed user message refills them), otherwise
-   injects; ``quiet`` always injects.
-5. Owner disposal marks its jobs reported, cancels them (``owner disposed``), awaits their
-   settlement, then drops them (BG-8, BG-39); a raising cancel force-fails the record.
-6. ``settle_run(run)`` adapts a one-shot run to an outcome (ONE-19, BG-6): completed -> the
-   concatenated text, aborted -> killed, any other stop reason -> failed with
-   ``<reason>[; diagnostic: <d>]``; a rejected result -> failed with the rendered error; the
-   run is always disposed, and a disposal failure turns the outcome failed.
+   its tools live in ``task_tools``. Every rule (admission, ids, status, first settlement,
+   the reported bit, the owner limit, notice routing and the wake budget) is ``core.jobs``;
+   the registry feeds it events and performs its effects, in order, after storing the new
+   state. It decides nothing: it validates argument types, reads facts (the agent registry's
+   instance, the owner's idleness, whether a wait is pending) and renders texts.
+2. ``start(kind, label, owner, starter)`` checks kind and label, then ``StartRequested``;
+   ``RunStarter`` calls the synchronous starter, whose return is ``JobStarted``; the id is
+   allocated and the record stored with no await in between (BG-2, BG-3, BG-30).
+3. ``WatchProducer`` awaits ``done``; a raising ``done`` is contained as ``failed`` (BG-31).
+   ``ReleaseWaiters`` sets the job's ``settled`` event, which is what waits and teardown await.
+4. ``CancelProducer`` calls the producer's cancel: a kill reports ``CancelReturned`` or lets
+   the raise propagate (BG-35); teardown reports a raise as ``CancelRaised`` (BG-39).
+5. Owner disposal is ``OwnerDisposed``; ``AwaitJobs`` waits for the listed jobs' settlement
+   and reports ``OwnerReleased``, whose ``DropJob`` effects forget the producers (BG-8).
+6. ``settle_run(run)`` adapts a one-shot run to an outcome by ``core.output.job_outcome``
+   (ONE-19, BG-6); a rejected result -> failed with the rendered error; the run is always
+   disposed, and a disposal failure turns the outcome failed (``core.output.dispose_failed``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import itertools
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Final
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import assert_never
 
 import attrs
 
@@ -52,47 +46,50 @@ from dsh_subagent.adapters.tools.schemas import (
     ToolFailure,
     render_exception,
 )
-from dsh_subagent.core.errors import invalid
+from dsh_subagent.core.jobs import (
+    DEFAULT_CANCEL_REASON,
+    SETTLEMENT_OF,
+    AttachOwner,
+    AwaitJobs,
+    CancelProducer,
+    CancelRaised,
+    CancelReturned,
+    DropJob,
+    JobEffect,
+    JobEvent,
+    JobOutcome,
+    JobsConfig,
+    JobsState,
+    JobStarted,
+    JobState,
+    JobStatus,
+    KillRequested,
+    NotifyOwner,
+    OutputRead,
+    Owner,
+    OwnerDisposed,
+    OwnerReleased,
+    RefuseStart,
+    ReleaseWaiters,
+    RunStarter,
+    StartRefusal,
+    StartRequested,
+    UserMessageClaimed,
+    WatchProducer,
+    accessible,
+    apply,
+    visible,
+)
+from dsh_subagent.core.notices import CompletionDelivery as Delivery
+from dsh_subagent.core.notices import NoticeRoute
+from dsh_subagent.core.output import dispose_failed, job_outcome, output_text
 from dsh_subagent.core.values import (
     USER_SOURCE,
     BaseSource,
     BaseSourceKind,
-    JsonValue,
-    KnownStop,
-    SessionId,
+    EventId,
     TextBlock,
-    stop_reason_text,
 )
-
-DEFAULT_CANCEL_REASON: Final = "background subagent task killed"
-OWNER_DISPOSED: Final = "owner disposed"
-
-
-class JobStatus(enum.Enum):
-    RUNNING = "running"
-    STOPPING = "stopping"
-    COMPLETED = "completed"
-    KILLED = "killed"
-    FAILED = "failed"
-
-
-_LIVE: Final = (JobStatus.RUNNING, JobStatus.STOPPING)
-
-
-class Delivery(enum.Enum):
-    """How a completion notice reaches the owner (BG-37)."""
-
-    WAKEUP = "wakeup"
-    QUIET = "quiet"
-
-
-@attrs.frozen
-class JobOutcome:
-    """A terminal status with the final output text and an optional detail."""
-
-    status: JobStatus
-    output: str = ""
-    detail: str | None = None
 
 
 @attrs.frozen
@@ -119,6 +116,12 @@ class JobSnapshot:
     finished_at: float | None
 
 
+def _snapshot(job: JobState) -> JobSnapshot:
+    return JobSnapshot(
+        job.id, job.kind, job.label, job.status, job.detail, job.started_at, job.finished_at
+    )
+
+
 def status_line(job: JobSnapshot) -> str:
     """``[status: <status>]`` or ``[status: <status>, <detail>]``."""
     detail = f", {job.detail}" if job.detail else ""
@@ -126,39 +129,31 @@ def status_line(job: JobSnapshot) -> str:
 
 
 @attrs.define(eq=False)
-class _Job:
+class _Producer:
+    """The IO side of one job: its hooks, its owner instance and its settlement signal."""
+
     id: str
+    hooks: JobHooks
+    owner: Agent
+    settled: asyncio.Event = attrs.field(factory=asyncio.Event)
+    waiters: int = 0
+    final: JobState | None = None  # the record as it was dropped (a wait may still hold it)
+
+
+@attrs.define
+class _Start:
+    """The context of one ``start`` call while its effects are performed."""
+
+    owner: Agent
     kind: str
     label: str
-    owner: Agent | None
-    hooks: JobHooks
-    started_at: float
-    settled: asyncio.Event = attrs.field(factory=asyncio.Event)
-    status: JobStatus = JobStatus.RUNNING
-    output: str = ""
-    detail: str | None = None
-    finished_at: float | None = None
-    reported: bool = False
-    waiters: int = 0
-
-    def snapshot(self) -> JobSnapshot:
-        return JobSnapshot(
-            self.id,
-            self.kind,
-            self.label,
-            self.status,
-            self.detail,
-            self.started_at,
-            self.finished_at,
-        )
-
-
-def _owner_session(owner: Agent | None) -> SessionId | None:
-    return None if owner is None else owner.id
+    starter: JobStarter
+    hooks: JobHooks | None = None
+    job_id: str | None = None
 
 
 class JobRegistry:
-    """Background jobs owned by parent agents (rules 2-5)."""
+    """Background jobs owned by parent agents: the performer of ``core.jobs`` (rules 1-5)."""
 
     def __init__(
         self,
@@ -169,19 +164,63 @@ class JobRegistry:
         max_consecutive_wakes: int = 3,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if not isinstance(max_per_owner, int) or max_per_owner < 1:
-            raise invalid("max_per_owner", "must be a positive integer")
-        if not isinstance(max_consecutive_wakes, int) or max_consecutive_wakes < 0:
-            raise invalid("max_consecutive_wakes", "must be a whole number of turns")
+        self._state = JobsState(JobsConfig(max_per_owner, delivery, max_consecutive_wakes))
         self._agents = agents
-        self._max = max_per_owner
-        self._delivery = delivery
-        self._max_wakes = max_consecutive_wakes
         self._clock = clock
-        self._jobs: dict[str, _Job] = {}
-        self._counters: dict[str, itertools.count[int]] = {}
-        self._wakes: dict[int, int] = {}
+        self._jobs: dict[str, _Producer] = {}
+        self._event_ids = itertools.count()
+        self._releases: dict[int, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ the driver
+
+    def _eid(self) -> EventId:
+        return EventId(f"job-ev-{next(self._event_ids)}")
+
+    def _run(self, event: JobEvent, call: _Start | None = None) -> tuple[JobEffect, ...]:
+        """Apply ``event``, store the state, then perform each effect in order."""
+        self._state, effects = apply(self._state, event)
+        for effect in effects:
+            self._perform(effect, call)
+        return effects
+
+    def _perform(self, effect: JobEffect, call: _Start | None) -> None:
+        match effect:
+            case RefuseStart():
+                raise self._refusal(effect, call)
+            case AttachOwner(owner=owner):
+                assert call is not None  # only a start attaches its owner
+                self._attach_owner(owner, call.owner)
+            case RunStarter(cause=cause):
+                assert call is not None  # only a start runs a starter
+                call.hooks = call.starter()
+                ref = Owner(id(call.owner), call.owner.id)
+                self._run(JobStarted(cause, ref, call.kind, call.label, self._clock()), call)
+            case WatchProducer(job_id=job_id):
+                assert call is not None  # only a start registers a job
+                assert call.hooks is not None  # ... once its starter returned
+                producer = _Producer(job_id, call.hooks, call.owner)
+                self._jobs[job_id] = producer
+                call.job_id = job_id
+                self._spawn(self._await_done(producer))
+            case ReleaseWaiters(job_id=job_id):
+                self._jobs[job_id].settled.set()
+            case NotifyOwner():
+                self._notify(effect)
+            case CancelProducer():
+                self._cancel(effect)
+            case AwaitJobs():
+                self._releases[effect.owner_key] = self._spawn(self._release(effect))
+            case DropJob(job=job):
+                self._jobs.pop(job.id).final = job
+            case _:  # pragma: no cover - every effect type has an arm
+                assert_never(effect)
+
+    def _spawn(self, work: Coroutine[object, object, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     # ------------------------------------------------------------------ producing
 
@@ -191,112 +230,111 @@ class JobRegistry:
             raise ToolFailure("invalid job kind: expected a non-empty string")
         if not isinstance(label, str) or not label:
             raise ToolFailure("invalid job label: expected a non-empty string")
-        if self._agents.get(owner.id) is not owner:
-            raise ToolFailure(
-                f'agent "{owner.id}" is not the registered agent instance '
-                "(background task owner must be live)"
-            )
-        busy = sum(1 for job in self._jobs.values() if job.owner is owner and job.status in _LIVE)
-        if busy >= self._max:
-            raise ToolFailure(
-                f"background task limit reached for this owner (limit: {self._max}); use "
-                "task_kill to stop an unneeded task, wait for it to finish, then retry"
-            )
-        self._attach_owner(owner)
-        hooks = starter()
-        counter = self._counters.setdefault(kind, itertools.count(1))
-        job = _Job(f"{kind}-{next(counter)}", kind, label, owner, hooks, self._clock())
-        self._jobs[job.id] = job
-        task = asyncio.get_running_loop().create_task(self._await_done(job))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return job.id
+        call = _Start(owner, kind, label, starter)
+        live = self._agents.get(owner.id) is owner
+        self._run(StartRequested(self._eid(), Owner(id(owner), owner.id), live), call)
+        assert call.job_id is not None  # an unrefused start registers its job
+        return call.job_id
 
-    async def _await_done(self, job: _Job) -> None:
+    @staticmethod
+    def _refusal(effect: RefuseStart, call: _Start | None) -> ToolFailure:
+        match effect.refusal:
+            case StartRefusal.OWNER_NOT_LIVE:
+                owner_id = "" if call is None else call.owner.id
+                return ToolFailure(
+                    f'agent "{owner_id}" is not the registered agent instance '
+                    "(background task owner must be live)"
+                )
+            case StartRefusal.LIMIT_REACHED:
+                return ToolFailure(
+                    f"background task limit reached for this owner (limit: {effect.limit}); "
+                    "use task_kill to stop an unneeded task, wait for it to finish, then retry"
+                )
+            case _:  # pragma: no cover - every refusal has an arm
+                assert_never(effect.refusal)
+
+    async def _await_done(self, producer: _Producer) -> None:
         try:
-            outcome = await job.hooks.done
+            outcome = await producer.hooks.done
         except Exception as error:
             outcome = JobOutcome(JobStatus.FAILED, detail=render_exception(error))
-        self._settle(job, outcome)
+        self._settle(producer, outcome)
 
-    def _settle(self, job: _Job, outcome: JobOutcome) -> None:
-        if job.status not in _LIVE:
+    def _settle(self, producer: _Producer, outcome: JobOutcome) -> None:
+        settlement = SETTLEMENT_OF[outcome.status]
+        self._run(
+            settlement(
+                self._eid(),
+                producer.id,
+                self._clock(),
+                outcome.output,
+                outcome.detail,
+                observed=producer.waiters > 0,
+                owner_idle=producer.owner.status is AgentStatus.IDLE,
+            )
+        )
+
+    def _cancel(self, effect: CancelProducer) -> None:
+        try:
+            self._jobs[effect.job_id].hooks.cancel(effect.reason)
+        except Exception as error:
+            if effect.kill:
+                raise  # a kill whose cancel raised leaves the job as it was (BG-35)
+            self._run(
+                CancelRaised(self._eid(), effect.job_id, render_exception(error), self._clock())
+            )
             return
-        job.status, job.output, job.detail = outcome.status, outcome.output, outcome.detail
-        job.finished_at = self._clock()
-        job.settled.set()
-        job.reported = job.reported or job.waiters > 0  # a wait observes this settlement
-        if not job.reported and job.owner is not None:
-            self._notify(job.owner, job.snapshot())
+        if effect.kill:
+            self._run(CancelReturned(self._eid(), effect.job_id))
 
-    # ------------------------------------------------------------------ notices
+    # ------------------------------------------------------------------ owners and notices
 
-    def _attach_owner(self, owner: Agent) -> None:
-        key = id(owner)
-        if key in self._wakes:
-            return
-        self._wakes[key] = self._max_wakes
-
+    def _attach_owner(self, ref: Owner, owner: Agent) -> None:
         def refill(note: InboxNotification) -> None:
             if note.message.source == USER_SOURCE:
-                self._wakes[key] = self._max_wakes
+                self._run(UserMessageClaimed(self._eid(), ref.key))
 
         owner.ctx.defer(owner.claimed.subscribe(refill))
-        owner.ctx.defer(lambda: self._teardown(owner))
+        owner.ctx.defer(lambda: self._teardown(ref.key))
 
-    def _notify(self, owner: Agent, job: JobSnapshot) -> None:
+    def _notify(self, effect: NotifyOwner) -> None:
+        job = self._state.jobs[effect.job_id]
         text = (
-            f"background task {job.id} ({job.kind}: {job.label}) finished {status_line(job)}. "
-            "Read its output with task_output."
+            f"background task {job.id} ({job.kind}: {job.label}) finished "
+            f"{status_line(_snapshot(job))}. Read its output with task_output."
         )
         message = create_user_message((TextBlock(text),), BaseSource(BaseSourceKind.PLUGIN))
-        key = id(owner)
-        wakes = self._wakes.get(key, 0)
-        idle = owner.status is AgentStatus.IDLE
-        if self._delivery is Delivery.WAKEUP and idle and wakes > 0:
-            self._wakes[key] = wakes - 1
+        owner = self._jobs[effect.job_id].owner
+        if effect.route is NoticeRoute.FOLLOWUP:
             owner.followup(message)
         else:
             owner.inject(message)
 
-    async def _teardown(self, owner: Agent) -> None:
-        owned = [job for job in self._jobs.values() if job.owner is owner]
-        for job in owned:
-            job.reported = True
-            if job.status in _LIVE:
-                try:
-                    job.hooks.cancel(OWNER_DISPOSED)
-                except Exception as error:
-                    self._settle(
-                        job,
-                        JobOutcome(
-                            JobStatus.FAILED,
-                            detail="cancel threw during teardown; work may be orphaned: "
-                            + render_exception(error),
-                        ),
-                    )
-        await asyncio.gather(*(job.settled.wait() for job in owned))
-        for job in owned:
-            self._jobs.pop(job.id, None)
-        self._wakes.pop(id(owner), None)
+    async def _teardown(self, owner_key: int) -> None:
+        self._run(OwnerDisposed(self._eid(), owner_key))
+        await self._releases.pop(owner_key)
+
+    async def _release(self, effect: AwaitJobs) -> None:
+        await asyncio.gather(*(self._jobs[job_id].settled.wait() for job_id in effect.job_ids))
+        self._run(OwnerReleased(self._eid(), effect.owner_key))
 
     # ------------------------------------------------------------------ consuming
 
-    def _access(self, job_id: object, caller: Agent) -> _Job:
+    def _access(self, job_id: object, caller: Agent) -> _Producer:
         if not isinstance(job_id, str) or not job_id:
             raise ToolFailure(
                 f"invalid task_id: expected a non-empty string, got {json.dumps(job_id)}"
             )
-        job = self._jobs.get(job_id)
+        job = self._state.jobs.get(job_id)
         if job is None:
             raise ToolFailure(f"unknown task {job_id}")
-        if job.owner is not None and _owner_session(job.owner) != caller.id:
+        if not accessible(job, caller.id):
             raise ToolFailure(f"task {job_id} belongs to another session")
-        return job
+        return self._jobs[job_id]
 
     def status(self, job_id: object, caller: Agent) -> JobSnapshot:
         """The job's snapshot, without collecting it."""
-        return self._access(job_id, caller).snapshot()
+        return _snapshot(self._state.jobs[self._access(job_id, caller).id])
 
     async def read(
         self,
@@ -308,41 +346,35 @@ class JobRegistry:
         signal: AbortSignal | None = None,
     ) -> tuple[str, JobSnapshot]:
         """The final output once terminal (empty while live); optionally wait (BG-33)."""
-        job = self._access(job_id, caller)
-        if wait and job.status in _LIVE:
-            job.waiters += 1
+        producer = self._access(job_id, caller)
+        if wait and not producer.settled.is_set():
+            producer.waiters += 1
             try:
-                await race_abort(asyncio.wait_for(job.settled.wait(), timeout), signal)
+                await race_abort(asyncio.wait_for(producer.settled.wait(), timeout), signal)
             except TimeoutError:
                 pass  # a timed-out wait is not an error: the job keeps running
             except Exception as error:
                 raise ToolFailure("wait aborted") from error
             finally:
-                job.waiters -= 1
-        if job.status not in _LIVE:
-            job.reported = True
-        return job.output, job.snapshot()
+                producer.waiters -= 1
+        if producer.final is not None:  # its owner was released while this wait ran
+            return producer.final.output, _snapshot(producer.final)
+        self._run(OutputRead(self._eid(), producer.id))
+        job = self._state.jobs[producer.id]
+        return job.output, _snapshot(job)
 
     def list(self, caller: Agent) -> list[JobSnapshot]:
-        """The caller's and unowned jobs, in registration order (BG-32, BG-34)."""
-        return [
-            job.snapshot()
-            for job in self._jobs.values()
-            if job.owner is None or _owner_session(job.owner) == caller.id
-        ]
+        """The caller's jobs, in registration order (BG-32, BG-34)."""
+        return [_snapshot(job) for job in visible(self._state, caller.id)]
 
     def kill(
         self, job_id: object, caller: Agent, reason: str | None = None
     ) -> tuple[bool, JobSnapshot]:
         """Request cancellation; ``(requested, snapshot)`` (rule 4, BG-35)."""
-        job = self._access(job_id, caller)
-        if job.status in _LIVE:
-            job.hooks.cancel(reason or DEFAULT_CANCEL_REASON)
-            job.status = JobStatus.STOPPING
-            job.reported = True
-            return True, job.snapshot()
-        job.reported = True
-        return False, job.snapshot()
+        producer = self._access(job_id, caller)
+        effects = self._run(KillRequested(self._eid(), producer.id, reason))
+        requested = any(isinstance(effect, CancelProducer) for effect in effects)
+        return requested, _snapshot(self._state.jobs[producer.id])
 
     async def settled(self) -> None:
         """Wait until every settlement task has run (for hosts and tests)."""
@@ -353,17 +385,6 @@ class JobRegistry:
 # --------------------------------------------------------------------------- ONE-19
 
 
-def output_text(output: tuple[JsonValue, ...]) -> str:
-    """The concatenated text of a result's text blocks, no separator (TOOL-23)."""
-    return "".join(
-        str(block["text"])
-        for block in output
-        if isinstance(block, Mapping)
-        and block.get("type") == "text"
-        and isinstance(block.get("text"), str)
-    )
-
-
 async def settle_run(run: SubagentRun) -> JobOutcome:
     """A one-shot run as a job outcome; the run is always disposed first (rule 6, ONE-19)."""
     try:
@@ -371,21 +392,11 @@ async def settle_run(run: SubagentRun) -> JobOutcome:
     except Exception as error:
         outcome = JobOutcome(JobStatus.FAILED, detail=render_exception(error))
     else:
-        if result.stop_reason is KnownStop.COMPLETED:
-            outcome = JobOutcome(JobStatus.COMPLETED, output_text(result.output))
-        elif result.stop_reason is KnownStop.ABORTED:
-            outcome = JobOutcome(JobStatus.KILLED)
-        else:
-            detail = stop_reason_text(result.stop_reason)
-            if result.diagnostic:
-                detail += f"; diagnostic: {result.diagnostic}"
-            outcome = JobOutcome(JobStatus.FAILED, detail=detail)
+        outcome = job_outcome(result)
     try:
         await run.dispose()
     except Exception as error:
-        failure = f"dispose failed: {render_exception(error)}"
-        detail = f"{outcome.detail}; {failure}" if outcome.detail else failure
-        outcome = JobOutcome(JobStatus.FAILED, detail=detail)
+        outcome = dispose_failed(outcome, render_exception(error))
     return outcome
 
 
