@@ -73,8 +73,7 @@ def test_cont_22_followups_during_teardown_join_the_next_single_activation() -> 
         assert world.registry.get(C) is not None
         grant = world.service.user_authority()
         pending = [
-            asyncio.ensure_future(world.service.followup(C, text(f"m{i}"), grant))
-            for i in range(3)
+            asyncio.ensure_future(world.service.followup(C, text(f"m{i}"), grant)) for i in range(3)
         ]
         latch.open()
         await asyncio.gather(*pending)

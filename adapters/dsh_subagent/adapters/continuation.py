@@ -48,6 +48,7 @@ from dsh_subagent.adapters.continuation_support import (
     await_branches,
     check_signal,
     quietly,
+    refuse_if_aborted,
     status_of,
 )
 from dsh_subagent.adapters.continuation_types import (
@@ -60,6 +61,7 @@ from dsh_subagent.adapters.continuation_types import (
     UserInterruptAuthority,
     check_content,
     check_start_spec,
+    refuse_authority,
 )
 from dsh_subagent.adapters.protocols import (
     Agent,
@@ -178,7 +180,8 @@ class ContinuationManager:
 
     async def start_continuable(self, spec: ContinuableStartSpec) -> ContinuableStart:
         """Create a continuable child; resolve once its prompt is accepted (CONT-1..CONT-12)."""
-        started = await self._creator.start(check_start_spec(spec))
+        refuse_if_aborted(check_start_spec(spec).signal, "spec.signal")
+        started = await self._creator.start(spec)
         self._deliver_queued(started.child_id)  # still the acceptance's span (rule 3)
         return started
 
@@ -197,9 +200,7 @@ class ContinuationManager:
         if not isinstance(source, _SOURCES):
             raise invalid("source", "must be a MessageSource")
         self._identities.followup_authority(authority)
-        check_signal(signal)
-        if signal is not None:
-            signal.throw_if_aborted()
+        refuse_if_aborted(check_signal(signal), "signal")
         queued = _Queued(content, source, authority, signal)
         queue = self._queued.setdefault(child_id, collections.deque())
         queue.append(queued)
@@ -274,7 +275,7 @@ class ContinuationManager:
             parent_id = require_str(authority.parent_session_id, "authority.parent_session_id")
             core = UserInterrupt(SessionId(parent_id), self._identities.genuine(authority.grant))
         else:
-            raise invalid("authority", "must be AncestorAuthority or UserInterruptAuthority")
+            raise refuse_authority("AncestorAuthority or UserInterruptAuthority")
         self._engine.dispatch(InterruptRequested(self._engine.event_id(), child_id, core))
 
     def report_from(
@@ -290,7 +291,7 @@ class ContinuationManager:
         if not isinstance(delivery, ReportDelivery):
             raise invalid("delivery", "must be a ReportDelivery")
         if not hasattr(child, "session"):
-            raise invalid("child", "must be an Agent")
+            raise refuse_authority("the reporting child Agent", "child")
         if check_signal(signal) is not None:
             signal.throw_if_aborted()  # type: ignore[union-attr]
         parent_id = child.session.header.parent_session
