@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
+import pytest
+
 from dsh_subagent.adapters.continuation_types import ContinuableStartSpec
+from dsh_subagent.adapters.signals import AbortController
 from dsh_subagent.core import wire
 from dsh_subagent.core.lifecycle import SUBAGENT_START, RunStartInfo
 from dsh_subagent.core.values import USER_MESSAGE, Content, SessionId, TextBlock, text_of
-from tests.adapters.continuation_harness import Latch
+from tests.adapters.continuation_harness import Latch, yield_once
 from tests.adapters.tools_world import ToolsWorld, run
 
 C = SessionId("c")
@@ -79,6 +82,42 @@ def test_cont_22_followups_during_teardown_join_the_next_single_activation() -> 
         await asyncio.gather(*pending)
         await world.settle()
         assert await user_texts(world) == ["first", "m0", "m1", "m2"]
+        assert [info.child_id for info in starts] == [C, C]
+
+    run(main)
+
+
+def test_cont_20_a_followup_aborted_while_queued_is_skipped_and_the_order_kept() -> None:
+    async def main() -> None:
+        world = ToolsWorld()
+        starts = await started(world)
+        await world.settle()
+        latch = Latch()
+        inspect = world.persistence.inspect
+
+        async def held_inspect(session_id: SessionId) -> object:
+            await latch.hold()
+            return await inspect(session_id)
+
+        world.persistence.inspect = held_inspect  # type: ignore[assignment,method-assign]
+        grant = world.service.user_authority()
+        controller = AbortController()
+        first = asyncio.ensure_future(world.service.followup(C, text("m0"), grant))
+        await latch.reached.wait()  # m0 is cold-resuming the child
+        aborted = asyncio.ensure_future(
+            world.service.followup(C, text("m1"), grant, signal=controller.signal)
+        )
+        last = asyncio.ensure_future(world.service.followup(C, text("m2"), grant))
+        await yield_once()  # both take their places behind m0 (one scheduling round)
+        reason = RuntimeError("caller gave up")
+        controller.abort(reason)
+        latch.open()
+        await asyncio.gather(first, last)
+        with pytest.raises(RuntimeError) as raised:
+            await aborted
+        assert raised.value is reason
+        await world.settle()
+        assert await user_texts(world) == ["first", "m0", "m2"]
         assert [info.child_id for info in starts] == [C, C]
 
     run(main)

@@ -245,14 +245,13 @@ class ContinuationManager:
         """Right after an acceptance, deliver the follow-ups queued behind it, in order.
 
         No await: the child is live and cannot settle inside this span. A refusal is kept
-        for its caller; a caller whose signal aborted, or a pass the core routes elsewhere,
-        stops the batch and routes itself when its turn comes (rule 3).
+        for its caller; a caller whose signal aborted is skipped (it raises its reason when
+        its turn comes, CONT-20); a pass the core routes elsewhere stops the batch, and the
+        rest route themselves in order (rule 3).
         """
         for queued in tuple(self._queued.get(child_id, ())):
-            if queued.outcome is not None:
+            if queued.outcome is not None or (queued.signal is not None and queued.signal.aborted):
                 continue
-            if queued.signal is not None and queued.signal.aborted:
-                return
             try:
                 routed = self._submit(child_id, queued)
             except Exception as error:  # that caller's refusal, not this one's
