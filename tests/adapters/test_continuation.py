@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from dsh_subagent.adapters.continuation import (
@@ -33,7 +35,9 @@ from dsh_subagent.core.values import (
     ToolFilter,
 )
 from tests.adapters.continuation_harness import (
+    GatedPersistence,
     Harness,
+    Latch,
     OneShotOnly,
     SpawnDouble,
     run,
@@ -484,19 +488,56 @@ def test_auth_4_user_grant_cold_resumes_without_the_parent_and_cannot_be_forged(
 
 def test_cont_20_abort_before_acceptance_rejects_with_the_signal_reason() -> None:
     async def main() -> None:
+        persistence = GatedPersistence()
+        h = Harness(persistence)
+        root = await h.root()
+        await h.start(root, "c1")
+        await h.quiet()
+        latch = persistence.load_latch = Latch()
+        controller = AbortController()
+        followup = asyncio.ensure_future(
+            h.manager.followup(
+                C, text("x"), ParentAgent(root), source=coordinator(root), signal=controller.signal
+            )
+        )
+        await latch.reached.wait()  # cold-resuming
+        reason = RuntimeError("stop")
+        controller.abort(reason)
+        latch.open()
+        with pytest.raises(RuntimeError) as raised:
+            await followup
+        assert raised.value is reason
+        await h.quiet()
+        assert h.agents.get(C) is None
+
+    run(main)
+
+
+def test_cont_20_a_signal_aborted_on_entry_is_cancelled_before_any_side_effect() -> None:
+    async def main() -> None:
         h = Harness()
         root = await h.root()
         await h.start(root, "c1")
         await h.quiet()
+        starts = len(h.starts())
         controller = AbortController()
-        reason = RuntimeError("stop")
-        controller.abort(reason)
-        with pytest.raises(RuntimeError) as raised:
+        controller.abort("early")
+        with pytest.raises(SubagentError) as followup:
             await h.manager.followup(
                 C, text("x"), ParentAgent(root), source=coordinator(root), signal=controller.signal
             )
-        assert raised.value is reason
+        assert (followup.value.code, followup.value.field) == (ErrorCode.CANCELLED, "signal")
+        spec = h.spec(root, child_id="c2", signal=controller.signal)
+        with pytest.raises(SubagentError) as start:
+            await h.manager.start_continuable(spec)
+        assert (start.value.code, start.value.field) == (ErrorCode.CANCELLED, "spec.signal")
+        provider = h.providers["spawn"]
+        assert isinstance(provider, SpawnDouble)
+        assert len(provider.calls) == 1  # only c1's start reached the provider
+        assert len(h.starts()) == starts
         assert h.agents.get(C) is None
+        assert h.agents.get(SessionId("c2")) is None
+        assert h.manager.activation_state(SessionId("c2")) is None
 
     run(main)
 

@@ -518,6 +518,19 @@ def test_evt_1_evt_2_the_four_events_and_their_payloads() -> None:
     run(main)
 
 
+def test_evt_1_provider_events_carry_info_records_not_the_provider() -> None:
+    service = SubagentService()
+    fake = FakeProvider("fake", SubagentCapabilities(persona=True))
+    seen: list[tuple[object, object]] = []
+    for name in (PROVIDER_ADDED, PROVIDER_REMOVED):
+        service.on(name, lambda info: seen.append((info, service.get_provider("fake"))))
+    service.register_provider(fake)()
+    assert seen == [
+        (ProviderAddedInfo("fake", SubagentCapabilities(persona=True), continuable=False), fake),
+        (ProviderRemovedInfo("fake"), None),
+    ]
+
+
 def test_evt_3_run_ids_are_fresh_and_never_derived_from_names() -> None:
     async def main() -> None:
         world = World()

@@ -99,17 +99,50 @@ def test_harness_31_handler_failure_is_data_but_abort_propagates() -> None:
     async def main() -> None:
         tools = ToolRegistry()
         tools.register(Tool("broken", broken))
-        tools.register(Tool("ok", ok))
         controller = AbortController()
+        reason = KeyError("stop")
+
+        async def aborts_then_fails(args: JsonObject, signal: AbortSignal) -> ToolOutcome:
+            controller.abort(reason)
+            raise RuntimeError("gave up")
+
+        tools.register(Tool("aborting", aborts_then_fails))
         failed = await tools.execute(ToolCall("c", "broken"), controller.signal)
         assert failed.is_error
         assert "handler bug" in text_of(failed.content)
-        reason = KeyError("stop")
-        controller.abort(reason)
         with pytest.raises(KeyError) as raised:
-            await tools.execute(ToolCall("c", "broken"), controller.signal)
+            await tools.execute(ToolCall("c", "aborting"), controller.signal)
         assert raised.value is reason
-        with pytest.raises(KeyError):
-            await tools.execute(ToolCall("c", "ok"), controller.signal)
+
+    run(main)
+
+
+def test_tool_24_an_outcome_after_the_abort_stands_and_later_calls_are_refused() -> None:
+    async def main() -> None:
+        tools = registry("ok")
+        controller = AbortController()
+        ran: list[str] = []
+
+        async def cancelled(args: JsonObject, signal: AbortSignal) -> ToolOutcome:
+            controller.abort("stop")
+            return ToolOutcome((TextBlock("Error: subagent run was cancelled"),), is_error=True)
+
+        async def counted(args: JsonObject, signal: AbortSignal) -> ToolOutcome:
+            ran.append("counted")
+            return await ok(args, signal)
+
+        tools.register(Tool("cancelled", cancelled))
+        tools.register(Tool("counted", counted))
+        first = await tools.execute(ToolCall("c1", "cancelled"), controller.signal)
+        assert (text_of(first.content), first.is_error) == (
+            "Error: subagent run was cancelled",
+            True,
+        )
+        sibling = await tools.execute(ToolCall("c2", "counted"), controller.signal)
+        assert (text_of(sibling.content), sibling.is_error) == (
+            "Error: tool call aborted before dispatch",
+            True,
+        )
+        assert ran == []
 
     run(main)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsh_subagent.adapters.protocols import create_user_message
+from dsh_subagent.adapters.protocols import CancelCause, create_user_message
 from dsh_subagent.adapters.reference.scripted_model import (
     Gate,
     Gated,
@@ -35,6 +35,7 @@ from dsh_subagent.adapters.tools.subagent_config import failure_message, guidanc
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (
     AgentOptions,
+    CancelKind,
     JsonObject,
     JsonValue,
     KnownStop,
@@ -550,15 +551,14 @@ def test_tool_22_stop_reason_headlines(reason: KnownStop | OtherStop, headline: 
     run(main)
 
 
-def test_tool_21_diagnostic_and_partial_output_follow_the_headline() -> None:
+def test_tool_21_a_failure_carries_its_diagnostic_but_no_partial_output() -> None:
     async def main() -> None:
         world, fake, _ = await fake_world()
         settle = result(
             KnownStop.ERROR, "partial assistant text", "Claude Code denied a tool request"
         )
         assert await foreground(world, fake, settle) == (
-            "Error: subagent run failed\nDiagnostic: Claude Code denied a tool request\n"
-            "Partial output before the run ended:\npartial assistant text"
+            "Error: subagent run failed\nDiagnostic: Claude Code denied a tool request"
         )
         assert failure_message(result(KnownStop.ERROR)) == "subagent run failed"
 
@@ -593,6 +593,61 @@ def test_tool_24_cancelling_the_call_cancels_the_child() -> None:
         outcome = await pending
         assert outcome.is_error
         assert text(outcome) == "Error: subagent run was cancelled"
+
+    run(main)
+
+
+def test_tool_24_aborted_foreground_call_is_errored_result() -> None:
+    async def main() -> None:
+        world = ToolsWorld()
+        world.tool("spawn")
+        parent = await world.parent()
+        gate = Gate()
+        first = call_tool("subagent", {"description": "a", "prompt": "first"})
+        second = call_tool("subagent", {"description": "b", "prompt": "second"}, call_id="c2")
+        world.model.script(
+            "parent", type(first)(tool_calls=(*first.tool_calls, *second.tool_calls))
+        )
+        world.model.script("first", Gated(gate, reply("never")))
+        parent.followup(create_user_message((TextBlock("go"),)))
+        await gate.reached()
+        parent.cancel(CancelCause(CancelKind.USER))
+        await world.settle()
+        assert transcript(parent)[-2:] == [
+            ("error tool subagent", "Error: subagent run was cancelled"),
+            ("error tool subagent", "Error: tool call aborted before dispatch"),
+        ]
+        ends = [e.data for e in parent.session.events if e.type == "turn/end"]
+        assert isinstance(ends[-1], dict)
+        assert ends[-1]["reason"] == "aborted"
+        assert [r.agent for r in world.model.requests].count(parent.id) == 1
+
+    run(main)
+
+
+def test_tool_24_an_aborted_call_leaves_its_sibling_call_undisturbed() -> None:
+    async def main() -> None:
+        world = ToolsWorld()
+        world.tool("spawn")
+        parent = await world.parent()
+        gates = Gate(), Gate()
+        world.model.script("one", Gated(gates[0], reply("never")))
+        world.model.script("two", Gated(gates[1], reply("two done")))
+        aborted, kept = AbortController(), AbortController()
+        one = asyncio.ensure_future(
+            call(parent, "subagent", {"description": "a", "prompt": "one"}, signal=aborted.signal)
+        )
+        two = asyncio.ensure_future(
+            call(parent, "subagent", {"description": "b", "prompt": "two"}, signal=kept.signal)
+        )
+        await gates[0].reached()
+        await gates[1].reached()
+        aborted.abort("stop")
+        cancelled = await one
+        assert (cancelled.is_error, text(cancelled)) == (True, "Error: subagent run was cancelled")
+        gates[1].open()
+        finished = await two
+        assert (finished.is_error, text(finished)) == (False, "two done")
 
     run(main)
 
@@ -757,16 +812,15 @@ def test_tool_3_instances_share_no_reservation_across_registries() -> None:
     assert world.globals.get("subagent") is not None
 
 
-def test_tool_22_a_real_child_out_of_tokens_keeps_its_partial_text() -> None:
+def test_tool_21_a_real_child_out_of_tokens_returns_no_partial_output() -> None:
     async def main() -> None:
         world = ToolsWorld()
         world.tool("spawn")
         parent = await world.parent()
         world.model.script("child task", hit_max_tokens("half an answer"))
-        assert text(await call(parent, "subagent", ARGS)) == (
-            "Error: subagent run hit its token limit before finishing\n"
-            "Partial output before the run ended:\nhalf an answer"
-        )
+        outcome = await call(parent, "subagent", ARGS)
+        assert outcome.is_error
+        assert text(outcome) == "Error: subagent run hit its token limit before finishing"
 
     run(main)
 

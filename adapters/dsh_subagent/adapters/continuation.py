@@ -10,11 +10,17 @@ Theory of operation
 2. ``start_continuable`` (CONT-1..CONT-12) and cold resume (CONT-17..CONT-19) live in
    ``continuation_create``; both resolve at inbox acceptance and roll back silently before
    it (CONT-8, CONT-9, NOTICE-2).
-3. ``followup`` (CONT-14..CONT-21): under the per-child lock (CONT-22) one routing pass that
+3. ``followup`` (CONT-14..CONT-21): under the per-child lock (CONT-22) routing passes that
    the core answers with a delivery (running: queued; waiting: the same agent woken), a cold
    resume (absent), or a wait for the release followed by another pass (disposal open). The
    final admission, authorization and send are one no-await span (CONT-16, HARNESS-32). The
    caller's signal is consulted only until acceptance (CONT-20).
+   One per-child order (RES-6, CONT-22): a follow-up takes its place in ``_queued`` when
+   called and keeps it (it holds the lock while awaiting a release, so a later caller never
+   overtakes it). In the span of every acceptance (a start's prompt, a cold resume, a live
+   delivery) the follow-ups queued behind are delivered too, in call order, so the child
+   cannot settle between them: the ones that arrived while it was live, resuming or being
+   torn down join that Activation's inbox, or the next single one.
 4. ``interrupt`` and ``report_from`` are synchronous single dispatches (CONT-23, CONT-30).
 5. Drains dispatch one drain event (the disposal cutoff, cancelling top-down in one step),
    wait for in-flight materializations in their scope, then await the topmost covered
@@ -26,9 +32,12 @@ Theory of operation
 from __future__ import annotations
 
 import asyncio
+import collections
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
+
+import attrs
 
 from dsh_subagent.adapters.child_composition import apply_child_composition
 from dsh_subagent.adapters.continuation_create import Creator, Services
@@ -39,6 +48,7 @@ from dsh_subagent.adapters.continuation_support import (
     await_branches,
     check_signal,
     quietly,
+    refuse_if_aborted,
     status_of,
 )
 from dsh_subagent.adapters.continuation_types import (
@@ -51,6 +61,7 @@ from dsh_subagent.adapters.continuation_types import (
     UserInterruptAuthority,
     check_content,
     check_start_spec,
+    refuse_authority,
 )
 from dsh_subagent.adapters.protocols import (
     Agent,
@@ -105,6 +116,17 @@ def _none() -> None:
     return None
 
 
+@attrs.define(eq=False)
+class _Queued:
+    """One follow-up in its child's order; ``outcome`` is set once it is decided (rule 3)."""
+
+    content: Content
+    source: MessageSource
+    authority: ParentAgent | UserGrant
+    signal: AbortSignal | None
+    outcome: MessageId | Exception | None = None
+
+
 class ContinuationManager:
     """Continuable children over the pure continuation-manager core (rules 1-6)."""
 
@@ -138,6 +160,7 @@ class ContinuationManager:
         self._identities = Identities(agents)
         self._locks = ChildLocks()
         self._barrier = Barrier()
+        self._queued: dict[SessionId, collections.deque[_Queued]] = {}
         self._creator = Creator(
             services, self._engine, self._identities, self._locks, self._barrier
         )
@@ -157,7 +180,10 @@ class ContinuationManager:
 
     async def start_continuable(self, spec: ContinuableStartSpec) -> ContinuableStart:
         """Create a continuable child; resolve once its prompt is accepted (CONT-1..CONT-12)."""
-        return await self._creator.start(check_start_spec(spec))
+        refuse_if_aborted(check_start_spec(spec).signal, "spec.signal")
+        started = await self._creator.start(spec)
+        self._deliver_queued(started.child_id)  # still the acceptance's span (rule 3)
+        return started
 
     async def followup(
         self,
@@ -174,28 +200,66 @@ class ContinuationManager:
         if not isinstance(source, _SOURCES):
             raise invalid("source", "must be a MessageSource")
         self._identities.followup_authority(authority)
-        check_signal(signal)
-        while True:
-            if signal is not None:
-                signal.throw_if_aborted()
+        refuse_if_aborted(check_signal(signal), "signal")
+        queued = _Queued(content, source, authority, signal)
+        queue = self._queued.setdefault(child_id, collections.deque())
+        queue.append(queued)
+        try:
             async with self._locks.locked(child_id):
-                if signal is not None:
-                    signal.throw_if_aborted()
-                routed = self._engine.submit(
-                    child_id,
-                    content,
-                    source,
-                    lambda: self._identities.followup_authority(authority),
+                return await self._route(child_id, queued)
+        finally:
+            queue.remove(queued)
+            if not queue:
+                del self._queued[child_id]
+
+    async def _route(self, child_id: SessionId, queued: _Queued) -> MessageId:
+        """Routing passes under the held lock, until this follow-up is accepted (rule 3)."""
+        while queued.outcome is None:
+            if queued.signal is not None:
+                queued.signal.throw_if_aborted()
+            routed = self._submit(child_id, queued)
+            if routed is Routed.RESUME:
+                queued.outcome = await self._creator.cold_resume(
+                    child_id, queued.content, queued.source, queued.authority, queued.signal
                 )
-                if routed is Routed.RESUME:
-                    return await self._creator.cold_resume(
-                        child_id, content, source, authority, signal
-                    )
-                if not isinstance(routed, Routed):
-                    return routed
+            elif isinstance(routed, Routed):
                 live = self._engine.children.get(child_id)
                 if live is not None:
                     await quietly(live.released)
+            else:
+                queued.outcome = routed
+        self._deliver_queued(child_id)
+        if isinstance(queued.outcome, Exception):
+            raise queued.outcome
+        return queued.outcome
+
+    def _submit(self, child_id: SessionId, queued: _Queued) -> MessageId | Routed:
+        return self._engine.submit(
+            child_id,
+            queued.content,
+            queued.source,
+            lambda: self._identities.followup_authority(queued.authority),
+        )
+
+    def _deliver_queued(self, child_id: SessionId) -> None:
+        """Right after an acceptance, deliver the follow-ups queued behind it, in order.
+
+        No await: the child is live and cannot settle inside this span. A refusal is kept
+        for its caller; a caller whose signal aborted is skipped (it raises its reason when
+        its turn comes, CONT-20); a pass the core routes elsewhere stops the batch, and the
+        rest route themselves in order (rule 3).
+        """
+        for queued in tuple(self._queued.get(child_id, ())):
+            if queued.outcome is not None or (queued.signal is not None and queued.signal.aborted):
+                continue
+            try:
+                routed = self._submit(child_id, queued)
+            except Exception as error:  # that caller's refusal, not this one's
+                queued.outcome = error
+                continue
+            if isinstance(routed, Routed):
+                return
+            queued.outcome = routed
 
     def interrupt(
         self, child_id: SessionId, authority: AncestorAuthority | UserInterruptAuthority
@@ -210,7 +274,7 @@ class ContinuationManager:
             parent_id = require_str(authority.parent_session_id, "authority.parent_session_id")
             core = UserInterrupt(SessionId(parent_id), self._identities.genuine(authority.grant))
         else:
-            raise invalid("authority", "must be AncestorAuthority or UserInterruptAuthority")
+            raise refuse_authority("AncestorAuthority or UserInterruptAuthority")
         self._engine.dispatch(InterruptRequested(self._engine.event_id(), child_id, core))
 
     def report_from(
@@ -226,7 +290,7 @@ class ContinuationManager:
         if not isinstance(delivery, ReportDelivery):
             raise invalid("delivery", "must be a ReportDelivery")
         if not hasattr(child, "session"):
-            raise invalid("child", "must be an Agent")
+            raise refuse_authority("the reporting child Agent", "child")
         if check_signal(signal) is not None:
             signal.throw_if_aborted()  # type: ignore[union-attr]
         parent_id = child.session.header.parent_session

@@ -10,6 +10,8 @@ Theory of operation
    TEAR-13).
 3. ``await_branches`` awaits every branch's release even when some fail, then raises one
    aggregate ``ACTIVATION_TEARDOWN_FAILED`` naming the count and the subject (TEAR-12).
+4. ``refuse_if_aborted``: a start or follow-up whose signal is aborted on entry is refused
+   with ``CANCELLED`` naming the field, like a one-shot start, before anything happens.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import attrs
 from dsh_subagent.adapters.protocols import Agent
 from dsh_subagent.adapters.signals import AbortSignal
 from dsh_subagent.core.authority import AgentRef
-from dsh_subagent.core.errors import SubagentError, invalid
+from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.residency import AgentStatus
 from dsh_subagent.core.teardown import aggregate_branches
 from dsh_subagent.core.values import SessionId
@@ -111,4 +113,28 @@ def check_signal(signal: object) -> AbortSignal | None:
     return signal
 
 
-__all__ = ["Barrier", "ChildLocks", "await_branches", "check_signal", "quietly", "status_of"]
+def refuse_if_aborted(signal: AbortSignal | None, field: str) -> None:
+    """An already-aborted signal at entry is ``CANCELLED``, as for a one-shot start (rule 4).
+
+    Checked before any side effect; an abort that lands later, before acceptance, still
+    rejects with the signal's own reason (CONT-20).
+    """
+    if signal is not None and signal.aborted:
+        reason = signal.reason
+        raise SubagentError(
+            ErrorCode.CANCELLED,
+            "the call's signal was already aborted",
+            field=field,
+            cause=reason if isinstance(reason, BaseException) else None,
+        )
+
+
+__all__ = [
+    "Barrier",
+    "ChildLocks",
+    "await_branches",
+    "check_signal",
+    "quietly",
+    "refuse_if_aborted",
+    "status_of",
+]

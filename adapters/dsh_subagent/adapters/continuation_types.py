@@ -13,6 +13,11 @@ Theory of operation
 3. ``UserGrant`` is unforgeable (DESIGN decision 2): only ``Identities.mint_grant`` makes one
    (a private key guards the constructor) and only the minted objects are genuine; a copy,
    a subclass instance or a discriminant never is.
+   Whatever is offered as authority and is neither a grant nor an agent object is an
+   authority failure, ``UNAUTHORIZED`` (DESIGN decision 10): an object of another type in
+   the authority position is refused by ``refuse_authority``; a wrapper around something
+   that is not an agent object (``ParentAgent(None)``) is presented as ``NOBODY``, which is
+   never exact live, so the core refuses it like a departed agent.
 4. ``LineageView`` reads the registry lazily as the two mappings ``core.authority.
    live_lineage`` walks (header parents and registry tokens), so the walk copies nothing.
 """
@@ -37,7 +42,7 @@ from dsh_subagent.core.authority import (
     live_lineage,
 )
 from dsh_subagent.core.depth import validate_max_depth
-from dsh_subagent.core.errors import invalid
+from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_str
 from dsh_subagent.core.values import (
     AgentOptions,
@@ -51,6 +56,15 @@ from dsh_subagent.core.values import (
 )
 
 _GRANT_KEY: Final = object()
+
+NOBODY: Final = Presented(AgentRef(SessionId(""), 0), None)
+"""How something that is not an agent object is presented: never exact live (tokens
+start at 1, and the registry holds no token for it), rule 3."""
+
+
+def refuse_authority(expected: str, field: str = "authority") -> SubagentError:
+    """The refusal of an object of the wrong type in an authority position (rule 3)."""
+    return SubagentError(ErrorCode.UNAUTHORIZED, f"must be {expected}", field=field)
 
 
 @attrs.frozen
@@ -170,9 +184,16 @@ class Identities:
         return None if token is None else AgentRef(agent.id, token)
 
     def presented(self, agent: Agent) -> Presented:
-        """``agent`` with the token of whatever the registry holds under its id now."""
+        """``agent`` with the token of whatever the registry holds under its id now;
+        ``NOBODY`` when it is not an agent object (rule 3)."""
+        if not isinstance(getattr(agent, "id", None), str):
+            return NOBODY
+        try:
+            presented = self.ref(agent)
+        except TypeError:  # not weakly referenceable: not an agent object
+            return NOBODY
         current = self._agents.get(agent.id)
-        return Presented(self.ref(agent), None if current is None else self.ref(current).token)
+        return Presented(presented, None if current is None else self.ref(current).token)
 
     def mint_grant(self) -> UserGrant:
         grant = UserGrant(_GRANT_KEY)
@@ -188,7 +209,7 @@ class Identities:
             return ParentAuthority(self.presented(authority.agent))
         if isinstance(authority, UserGrant):
             return UserAuthority(self.genuine(authority))
-        raise invalid("authority", "must be ParentAgent or a UserGrant")
+        raise refuse_authority("ParentAgent or a UserGrant")
 
     def lineage(self, parent: Agent) -> frozenset[AgentRef]:
         """The parent's live lineage through the registry (AUTH-7)."""
@@ -238,6 +259,7 @@ class _HeaderParents(Mapping[SessionId, SessionId | None]):
 
 
 __all__ = [
+    "NOBODY",
     "AncestorAuthority",
     "ContinuableStart",
     "ContinuableStartSpec",
@@ -247,4 +269,5 @@ __all__ = [
     "UserInterruptAuthority",
     "check_content",
     "check_start_spec",
+    "refuse_authority",
 ]

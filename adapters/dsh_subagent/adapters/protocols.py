@@ -22,7 +22,7 @@ import builtins
 import enum
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
 import attrs
 
@@ -121,6 +121,9 @@ class ToolOutcome:
     is_error: bool = False
     concludes: bool = False
 
+
+ABORTED_BEFORE_DISPATCH: Final = "tool call aborted before dispatch"
+"""The errored result of a call whose signal aborted before it ran (TOOL-24, catalog C-4)."""
 
 ToolHandler = Callable[[JsonObject, AbortSignal], Awaitable[ToolOutcome]]
 ToolGuard = Callable[[ToolCall], str | None]

@@ -26,6 +26,13 @@ Theory of operation
    parent's listeners (EVT-12); provider events are unscoped. Every listener except
    ``provider-added``'s is contained: a raise or a failing returned awaitable is logged as a
    warning naming the event, and the other listeners still run (EVT-13, EVT-15).
+5. Payloads, one frozen record per event: ``subagent/provider-added`` gets
+   ``ProviderAddedInfo(name, capabilities, continuable)`` and ``subagent/provider-removed``
+   ``ProviderRemovedInfo(name)``; ``subagent/start`` gets ``RunStartInfo`` and
+   ``subagent/end`` ``RunEndInfo``. The provider events deviate from the catalog's
+   ``provider-added(provider)`` / ``provider-removed(name)`` on purpose: a snapshot keeps the
+   events observe-only (seed 000), the same ``.name`` serves both, and the live provider is
+   ``get_provider(name)`` away while ``provider-added`` runs (EVT-1).
 """
 
 from __future__ import annotations

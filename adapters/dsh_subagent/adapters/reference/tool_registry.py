@@ -10,7 +10,10 @@ Theory of operation
    ``allow[i]``/``deny[i]``), then filters lazily, so it hides and refuses tools alike. A
    deny-only view shows tools registered later (catalog L-20); an allow list never does.
 3. ``execute(call, signal)`` refuses hidden or unknown tools and contains handler failures as
-   an error result the model can read; only the turn's abort propagates (HARNESS-31).
+   an error result the model can read. An aborted signal is refused before dispatch (C-4);
+   a handler's own outcome stands even if the signal aborted meanwhile (a cancelled
+   ``subagent`` call is its errored result, TOOL-24), so every call of a step gets a result;
+   only a handler *raising* under the turn's abort propagates the reason (HARNESS-31).
 4. ``ScopedTools`` is one agent's layer over a global registry (DRIVER-7/8): its own tools are
    child-local (registered here, added after filtering and never filtered); ``install_restriction``
    adds a scoped, removable restriction over the global tools (allow before deny; several
@@ -25,11 +28,19 @@ from typing import Final
 
 import attrs
 
-from dsh_subagent.adapters.protocols import Tool, ToolCall, ToolGuard, ToolOutcome
+from dsh_subagent.adapters.protocols import (
+    ABORTED_BEFORE_DISPATCH,
+    Tool,
+    ToolCall,
+    ToolGuard,
+    ToolOutcome,
+)
 from dsh_subagent.adapters.signals import AbortSignal, Unsubscribe
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import check_json, require_str
 from dsh_subagent.core.values import TextBlock
+
+"""The refusal of a call whose signal aborted before its handler ran (C-4)."""
 
 
 def _error(text: str) -> ToolOutcome:
@@ -108,13 +119,14 @@ class ToolRegistry:
         tool = self.get(call.name)
         if tool is None:
             return _error(f"tool {call.name!r} is not available")
+        if signal.aborted:
+            return _error(f"Error: {ABORTED_BEFORE_DISPATCH}")
         try:
             outcome = await tool.handler(call.arguments, signal)
         except Exception as exc:
             signal.throw_if_aborted()
             return _error(f"tool {call.name!r} failed: {exc}")
-        signal.throw_if_aborted()
-        return outcome
+        return outcome  # the handler's answer, also after an abort (rule 3, TOOL-24)
 
 
 RESERVED_TOOL: Final = "run_code"

@@ -24,12 +24,11 @@ from typing import Final
 
 import jsonschema
 
-from dsh_subagent.adapters.protocols import ToolOutcome
+from dsh_subagent.adapters.protocols import ABORTED_BEFORE_DISPATCH, ToolOutcome
 from dsh_subagent.adapters.signals import AbortSignal
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import JsonObject, JsonValue, TextBlock
 
-ABORTED_BEFORE_DISPATCH: Final = "tool call aborted before dispatch"
 ABORTED_AFTER_SUCCESS: Final = "tool call aborted"
 
 

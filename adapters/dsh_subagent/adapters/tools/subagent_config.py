@@ -13,7 +13,8 @@ Theory of operation
 3. A successful call is one of three values (TOOL-13): ``ForegroundValue`` renders as the
    child's concatenated text, ``BackgroundValue`` as ``started background subagent task <id>``
    (seed 003), ``ContinuableValue`` as ``started subagent <id>``. ``failure_message`` words a
-   non-completed result: headline, optional diagnostic, optional partial text (TOOL-21/22).
+   non-completed result: headline and optional diagnostic (TOOL-21/22). Seed 003 wins over
+   the catalog's partial-output tail (DESIGN decision 8): a failure carries no assistant text.
 """
 
 from __future__ import annotations
@@ -254,15 +255,17 @@ _HEADLINES: Final = {
 
 
 def failure_message(result: SubagentResult) -> str:
-    """A non-completed result as the errored tool text, without ``Error: `` (TOOL-21/22)."""
+    """A non-completed result as the errored tool text, without ``Error: `` (TOOL-21/22).
+
+    The result's output is never quoted: seed 003 ("errored tool results without partial
+    output", DESIGN decision 8) over the catalog's ``Partial output before the run ended``.
+    """
     reason = result.stop_reason
     headline = (
         _HEADLINES.get(reason, "") if isinstance(reason, KnownStop) else ""
     ) or f"subagent run ended abnormally ({stop_reason_text(reason)})"
     diagnostic = f"\nDiagnostic: {result.diagnostic}" if result.diagnostic else ""
-    partial = output_text(result.output)
-    tail = f"\nPartial output before the run ended:\n{partial}" if partial else ""
-    return headline + diagnostic + tail
+    return headline + diagnostic
 
 
 __all__ = [

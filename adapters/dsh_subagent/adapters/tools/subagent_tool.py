@@ -12,7 +12,9 @@ Theory of operation
    a continuable instance with background enabled, the ``tool:<name>`` section (TOOL-14).
 3. A call needs a calling agent (TOOL-16), routes by ``run_in_background`` (TOOL-17) and builds
    one request (TOOL-18). Foreground passes the call's signal, awaits the result and always
-   awaits ``dispose()``; only ``completed`` succeeds, rendered as its text (TOOL-19..24).
+   awaits ``dispose()``; only ``completed`` succeeds, rendered as its text; any other end,
+   a cancelled call included, is an errored result without partial output (TOOL-19..24,
+   seed 003).
    Background one-shot registers a task whose starter owns a fresh signal (BG-2..8).
    Continuable background returns the durable child id only (BG-20).
 4. The service's depth and capability refusals are reworded as the catalog's texts
