@@ -27,6 +27,9 @@ Theory of operation
    Activations and raise one aggregate ``ACTIVATION_TEARDOWN_FAILED`` if any branch failed
    (TEAR-8, TEAR-11, TEAR-12, TEAR-13).
 6. ``persistence()`` is resolved on each operation that needs it (CONT-2).
+7. Every public call validates its arguments first, against the manager's ``Limits``
+   (``core.limits``: child ids, content, the start spec), and works on the validated,
+   deep-frozen content from then on (DESIGN decision 10).
 """
 
 from __future__ import annotations
@@ -59,10 +62,10 @@ from dsh_subagent.adapters.continuation_types import (
     ParentAgent,
     UserGrant,
     UserInterruptAuthority,
-    check_content,
     check_start_spec,
     refuse_authority,
 )
+from dsh_subagent.adapters.frozen_json import freeze_content
 from dsh_subagent.adapters.protocols import (
     Agent,
     AgentRegistry,
@@ -76,6 +79,7 @@ from dsh_subagent.adapters.signals import AbortSignal
 from dsh_subagent.core.authority import AncestorInterrupt, UserInterrupt
 from dsh_subagent.core.errors import SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_str
+from dsh_subagent.core.limits import DEFAULT_LIMITS, Limits, check_child_id, check_content
 from dsh_subagent.core.manager import activation_state_of
 from dsh_subagent.core.manager_effects import CancelAgent, Effect
 from dsh_subagent.core.manager_events import (
@@ -143,6 +147,7 @@ class ContinuationManager:
         approval: Callable[[], ApprovalPolicyService | None] = _none,
         compose: Callable[..., object] | None = None,
         ids: Callable[[], str] = lambda: str(uuid.uuid4()),
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         services = Services(
             agents,
@@ -156,6 +161,7 @@ class ContinuationManager:
             ids,
         )
         self._agents = agents
+        self._limits = limits
         self._engine = Engine(agents, sessions, emit, ids)
         self._identities = Identities(agents)
         self._locks = ChildLocks()
@@ -180,8 +186,9 @@ class ContinuationManager:
 
     async def start_continuable(self, spec: ContinuableStartSpec) -> ContinuableStart:
         """Create a continuable child; resolve once its prompt is accepted (CONT-1..CONT-12)."""
-        refuse_if_aborted(check_start_spec(spec).signal, "spec.signal")
-        started = await self._creator.start(spec)
+        checked = check_start_spec(spec, self._limits)
+        refuse_if_aborted(checked.signal, "spec.signal")
+        started = await self._creator.start(checked)
         self._deliver_queued(started.child_id)  # still the acceptance's span (rule 3)
         return started
 
@@ -195,8 +202,8 @@ class ContinuationManager:
         signal: AbortSignal | None = None,
     ) -> MessageId:
         """Deliver to a continuable child, routed by residency; returns the message id."""
-        require_str(child_id, "child_id", non_empty=True)
-        check_content(content, "content")
+        child_id = SessionId(check_child_id(child_id, "child_id", self._limits))
+        content = freeze_content(check_content(content, "content", self._limits))
         if not isinstance(source, _SOURCES):
             raise invalid("source", "must be a MessageSource")
         self._identities.followup_authority(authority)
@@ -265,7 +272,7 @@ class ContinuationManager:
         self, child_id: SessionId, authority: AncestorAuthority | UserInterruptAuthority
     ) -> None:
         """Stop the child's current turn, keeping its inbox; fire and return (CONT-23)."""
-        require_str(child_id, "child_id", non_empty=True)
+        child_id = SessionId(check_child_id(child_id, "child_id", self._limits))
         if isinstance(authority, AncestorAuthority):
             core: AncestorInterrupt | UserInterrupt = AncestorInterrupt(
                 self._identities.presented(authority.agent)
@@ -286,7 +293,7 @@ class ContinuationManager:
         signal: AbortSignal | None = None,
     ) -> MessageId:
         """A resident child's report to its durable parent, in one no-await span (CONT-30)."""
-        check_content(content, "content")
+        content = freeze_content(check_content(content, "content", self._limits, non_blank=False))
         if not isinstance(delivery, ReportDelivery):
             raise invalid("delivery", "must be a ReportDelivery")
         if not hasattr(child, "session"):

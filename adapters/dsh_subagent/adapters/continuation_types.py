@@ -5,6 +5,7 @@ Theory of operation
 1. ``ContinuableStartSpec`` is CONT-1's input: a provider name, the durable label, the live
    parent agent, the prompt and the optional reserved id, agent options, depth cap, tool
    filter and persona. ``check_start_spec`` validates every field before any side effect
+   with the core validators a one-shot start uses (``validate_intent``, ``core.limits``)
    and names the offending field (``INVALID_ARGUMENT``).
 2. Authorities are adapter objects holding live agents; ``Identities`` turns them into the
    core's token values: an ``AgentRef`` per agent object (a token minted once per object,
@@ -31,6 +32,7 @@ from typing import Final
 
 import attrs
 
+from dsh_subagent.adapters.frozen_json import freeze_content
 from dsh_subagent.adapters.protocols import Agent, AgentRegistry
 from dsh_subagent.adapters.signals import AbortSignal
 from dsh_subagent.core.authority import (
@@ -41,17 +43,16 @@ from dsh_subagent.core.authority import (
     UserAuthority,
     live_lineage,
 )
+from dsh_subagent.core.capabilities import validate_intent
 from dsh_subagent.core.depth import validate_max_depth
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_str
+from dsh_subagent.core.limits import DEFAULT_LIMITS, Limits, check_child_id, check_label
 from dsh_subagent.core.values import (
     AgentOptions,
     Content,
-    ContentBlock,
-    DataBlock,
     MessageId,
     SessionId,
-    TextBlock,
     ToolFilter,
 )
 
@@ -126,40 +127,34 @@ class UserInterruptAuthority:
     parent_session_id: SessionId
 
 
-def check_content(value: object, field: str) -> Content:
-    """A tuple of content blocks, or ``INVALID_ARGUMENT`` naming ``field``."""
-    if not isinstance(value, tuple) or not all(
-        isinstance(block, TextBlock | DataBlock) for block in value
-    ):
-        raise invalid(field, "must be a tuple of content blocks")
-    blocks: tuple[ContentBlock, ...] = value
-    return blocks
+def check_start_spec(spec: object, limits: Limits = DEFAULT_LIMITS) -> ContinuableStartSpec:
+    """Validate a start spec's fields (CONT-1, CONT-3 step 3) with the one-shot's validators.
 
-
-def check_start_spec(spec: object) -> ContinuableStartSpec:
-    """Validate a start spec's fields, in declaration order (CONT-1, CONT-3 step 3).
+    Returns the spec with its prompt as a deep-frozen tuple (rule 1).
 
     raises: SubagentError
     """
     if not isinstance(spec, ContinuableStartSpec):
         raise invalid("spec", "must be a ContinuableStartSpec")
     require_str(spec.provider, "spec.provider", non_empty=True)
-    require_str(spec.label, "spec.label", non_empty=True)
+    check_label(spec.label, "spec.label", limits)
     if not all(hasattr(spec.parent, name) for name in ("id", "session", "options", "ctx")):
         raise invalid("spec.parent", "must be the live parent Agent")
-    check_content(spec.prompt, "spec.prompt")
     if spec.child_id is not None:
-        require_str(spec.child_id, "spec.child_id", non_empty=True)
-    if spec.agent_options is not None and not isinstance(spec.agent_options, AgentOptions):
-        raise invalid("spec.agent_options", "must be AgentOptions")
+        check_child_id(spec.child_id, "spec.child_id", limits)
     validate_max_depth(spec.max_depth, "spec.max_depth")
-    if spec.tool_filter is not None and not isinstance(spec.tool_filter, ToolFilter):
-        raise invalid("spec.tool_filter", "must be a ToolFilter")
-    if spec.persona is not None:
-        require_str(spec.persona, "spec.persona")
+    validate_intent(
+        prefix="spec",
+        prompt=spec.prompt,
+        label=None,  # required, checked above
+        tool_filter=spec.tool_filter,
+        persona=spec.persona,
+        agent_options=spec.agent_options,
+        limits=limits,
+    )
     if spec.signal is not None and not isinstance(spec.signal, AbortSignal):
         raise invalid("spec.signal", "must be an AbortSignal")
-    return spec
+    return attrs.evolve(spec, prompt=freeze_content(tuple(spec.prompt)))
 
 
 class Identities:
@@ -267,7 +262,6 @@ __all__ = [
     "ParentAgent",
     "UserGrant",
     "UserInterruptAuthority",
-    "check_content",
     "check_start_spec",
     "refuse_authority",
 ]

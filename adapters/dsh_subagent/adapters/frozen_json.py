@@ -14,16 +14,19 @@ Theory of operation
    a fork seed taken from a parent's log, a re-appended payload or a cached decoded one cost
    nothing. A hand-built ``FrozenDict`` is walked like any other mapping.
 4. The empty object is one shared certified instance (immutable, so sharing is safe).
+5. ``freeze_json`` is iterative (an explicit stack of open containers): any depth is frozen
+   without recursion. ``freeze_content`` freezes the data blocks of content the boundary
+   validated (``core.limits.check_content``), so a caller's later mutation changes nothing.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Final
 
 from dsh_subagent.core.jsonvalue import check_json
-from dsh_subagent.core.values import JsonValue
+from dsh_subagent.core.values import Content, DataBlock, JsonValue
 
 
 class FrozenList(list[JsonValue]):
@@ -66,15 +69,49 @@ class _CheckedDict(FrozenDict):
 EMPTY: Final[FrozenDict] = _CheckedDict()
 
 
-def freeze_json(value: JsonValue) -> JsonValue:
-    """A detached, deeply immutable copy of a (validated) JSON value."""
+def _container(value: object) -> bool:
+    # A container the freezer has not certified: it needs copying (rule 3).
     if type(value) is _CheckedDict or type(value) is _CheckedList:
-        return value
+        return False
+    return isinstance(value, Mapping) or (
+        isinstance(value, Sequence) and not isinstance(value, str)
+    )
+
+
+def _items(value: JsonValue) -> Iterator[tuple[str | int, JsonValue]]:
     if isinstance(value, Mapping):
-        return _CheckedDict({k: freeze_json(v) for k, v in value.items()})
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return _CheckedList(freeze_json(v) for v in value)
-    return value
+        return iter(value.items())
+    assert isinstance(value, Sequence)
+    return enumerate(value)
+
+
+def freeze_json(value: JsonValue) -> JsonValue:
+    """A detached, deeply immutable copy of a (validated) JSON value.
+
+    Iterative (an explicit stack of open containers), so depth never hits the recursion limit.
+    """
+    if not _container(value):
+        return value
+    # Each frame: the open container's items, its copied members, the key being descended.
+    frames: list[tuple[Iterator[tuple[str | int, JsonValue]], dict[str | int, JsonValue], bool]]
+    frames = [(_items(value), {}, isinstance(value, Mapping))]
+    pending: list[str | int] = []
+    while True:
+        items, copied, is_object = frames[-1]
+        for key, sub in items:
+            if _container(sub):
+                pending.append(key)
+                frames.append((_items(sub), {}, isinstance(sub, Mapping)))
+                break
+            copied[key] = sub
+        else:
+            frames.pop()
+            built: JsonValue = (
+                _CheckedDict(copied) if is_object else _CheckedList(copied.values())  # type: ignore[arg-type]
+            )
+            if not frames:
+                return built
+            frames[-1][1][pending.pop()] = built
 
 
 class _Unusual(Exception):
@@ -128,9 +165,25 @@ def freeze_checked(value: object, field: str) -> JsonValue:
         return freeze_json(value)  # type: ignore[arg-type]  # check_json proved it JSON
 
 
+def freeze_content(content: Content) -> Content:
+    """``content`` with every data block's (validated) value deep-frozen and detached."""
+    return tuple(
+        DataBlock(freeze_json(block.value)) if isinstance(block, DataBlock) else block
+        for block in content
+    )
+
+
 def is_certified(value: object) -> bool:
     """Whether ``value`` needs no freezing: a scalar, or a container the freezer built."""
     return type(value) is _CheckedDict or type(value) is _CheckedList or value is None
 
 
-__all__ = ["EMPTY", "FrozenDict", "FrozenList", "freeze_checked", "freeze_json", "is_certified"]
+__all__ = [
+    "EMPTY",
+    "FrozenDict",
+    "FrozenList",
+    "freeze_checked",
+    "freeze_content",
+    "freeze_json",
+    "is_certified",
+]

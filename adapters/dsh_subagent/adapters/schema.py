@@ -14,6 +14,12 @@ Theory of operation
 3. The schema is then checked against the draft's metaschema by ``jsonschema`` (never by hand),
    and arguments are validated by the same library: ``schema_violations`` returns one line per
    violation, in a stable order, for the capture tool's ``invalid arguments: ...`` (STRUCT-3).
+4. A schema no value can satisfy is refused too, for the contradictions a subschema can state
+   on its own: an empty ``enum``, a lower bound above its upper bound (``minimum``/``maximum``,
+   ``minLength``/``maxLength``, ``minItems``/``maxItems``, ``minProperties``/
+   ``maxProperties``), a ``required`` name whose property schema is ``false`` or that
+   ``additionalProperties: false`` excludes, and an ``anyOf`` of only ``false``. The shape
+   check bounds the nesting first (the service's ``Limits``), so these walks stay shallow.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from jsonschema.exceptions import SchemaError
 
 from dsh_subagent.core.capabilities import validate_output_schema
 from dsh_subagent.core.errors import invalid
+from dsh_subagent.core.limits import DEFAULT_LIMITS, Limits
 from dsh_subagent.core.values import JsonObject, JsonValue
 
 ANNOTATION_KEYWORDS: Final = frozenset({"title", "description", "default", "examples"})
@@ -82,12 +89,60 @@ def _check_subset(schema: JsonValue, field: str) -> None:
                 _check_subset(sub, f"{where}[{index}]")
 
 
-def check_output_schema(schema: object, field: str = "request.output_schema") -> JsonObject:
-    """Return ``schema`` once it is an object-rooted schema inside the supported subset.
+_BOUNDS: Final = (
+    ("minimum", "maximum"),
+    ("minLength", "maxLength"),
+    ("minItems", "maxItems"),
+    ("minProperties", "maxProperties"),
+)
+
+
+def _number(value: JsonValue) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_satisfiable(schema: JsonValue, field: str) -> None:
+    # Rule 4; runs after the metaschema check, so every keyword has its documented shape.
+    if not isinstance(schema, Mapping):
+        return
+    if schema.get("enum") == []:
+        raise invalid(f"{field}.enum", "unsatisfiable JSON schema: enum is empty")
+    for low, high in _BOUNDS:
+        lower, upper = schema.get(low), schema.get(high)
+        if _number(lower) and _number(upper) and lower > upper:  # type: ignore[operator]
+            raise invalid(f"{field}.{low}", f"unsatisfiable JSON schema: {low} > {high}")
+    properties = schema.get("properties", {})
+    assert isinstance(properties, Mapping)
+    closed = schema.get("additionalProperties") is False
+    required = schema.get("required", ())
+    assert isinstance(required, Sequence)
+    for name in required:
+        assert isinstance(name, str)
+        if properties.get(name) is False or (closed and name not in properties):
+            raise invalid(
+                f"{field}.required", f"unsatisfiable JSON schema: {name!r} cannot be present"
+            )
+    for name, sub in properties.items():
+        _check_satisfiable(sub, f"{field}.properties.{name}")
+    for key in ("items", "additionalProperties"):
+        if key in schema:
+            _check_satisfiable(schema[key], f"{field}.{key}")
+    options = schema.get("anyOf", ())
+    assert isinstance(options, Sequence)
+    if options and all(option is False for option in options):
+        raise invalid(f"{field}.anyOf", "unsatisfiable JSON schema: every option is false")
+    for index, option in enumerate(options):
+        _check_satisfiable(option, f"{field}.anyOf[{index}]")
+
+
+def check_output_schema(
+    schema: object, field: str = "request.output_schema", limits: Limits = DEFAULT_LIMITS
+) -> JsonObject:
+    """Return ``schema`` once it is an object-rooted, satisfiable schema inside the subset.
 
     Raises ``SubagentError(INVALID_ARGUMENT)`` naming the field otherwise.
     """
-    validate_output_schema(schema, field)
+    validate_output_schema(schema, field, limits)
     assert isinstance(schema, Mapping)  # validate_output_schema proved it
     _check_subset(schema, field)
     try:
@@ -95,6 +150,7 @@ def check_output_schema(schema: object, field: str = "request.output_schema") ->
     except SchemaError as error:
         path = "".join(f".{part}" for part in error.path)
         raise _unsupported(f"{field}{path}", str(error.message)) from error
+    _check_satisfiable(schema, field)
     return schema
 
 

@@ -22,11 +22,21 @@ Theory of operation
    ``RunSettled``/``RunFaulted``, whose ``EmitRunEnd`` emits ``subagent/end``. ``local`` is
    snapshotted from the run's exact ``local_agent`` (EVT-4) and ``provider`` is the name used
    at start (EVT-5). The caller gets the provider's run unchanged.
-4. Listeners (``on``) may be scoped to a delegating parent session: run events reach only that
+4. Bad input (DESIGN decision 10): every public call (``start``, ``start_continuable``,
+   ``followup``, ``report_from``, ``interrupt``) validates its arguments before anything is
+   created, persisted, listed, emitted or sent, iteratively and in time linear in the input
+   (cycles and any depth included), against ``limits`` (``core.limits.Limits``, defaults:
+   64 nested JSON containers, 1 KiB per label, 256 bytes per child id, 4 MiB per prompt,
+   follow-up or report, 256 KiB per output schema). Labels and child ids are single-line
+   (no control characters), ids carry no surrounding whitespace, prompts and follow-ups are
+   not blank, integers are JSON-safe (±(2**53-1)), an output schema must be satisfiable.
+   Each refusal is ``INVALID_ARGUMENT`` naming the caller's field path
+   (``spec.prompt[0].text``, ``content[1].value.k``, ``request.output_schema``).
+5. Listeners (``on``) may be scoped to a delegating parent session: run events reach only that
    parent's listeners (EVT-12); provider events are unscoped. Every listener except
    ``provider-added``'s is contained: a raise or a failing returned awaitable is logged as a
    warning naming the event, and the other listeners still run (EVT-13, EVT-15).
-5. Payloads, one frozen record per event: ``subagent/provider-added`` gets
+6. Payloads, one frozen record per event: ``subagent/provider-added`` gets
    ``ProviderAddedInfo(name, capabilities, continuable)`` and ``subagent/provider-removed``
    ``ProviderRemovedInfo(name)``; ``subagent/start`` gets ``RunStartInfo`` and
    ``subagent/end`` ``RunEndInfo``. The provider events deviate from the catalog's
@@ -57,6 +67,7 @@ from dsh_subagent.adapters.continuation_types import (
     UserGrant,
     UserInterruptAuthority,
 )
+from dsh_subagent.adapters.frozen_json import freeze_content
 from dsh_subagent.adapters.projections import (
     SessionProjectionRegistry,
     register_subagent_projections,
@@ -98,6 +109,7 @@ from dsh_subagent.core.lifecycle import (
     RunEndInfo,
     RunStartInfo,
 )
+from dsh_subagent.core.limits import DEFAULT_LIMITS, Limits
 from dsh_subagent.core.listing import DescendantRow, ListingRow
 from dsh_subagent.core.manager_events import ReportDelivery
 from dsh_subagent.core.oneshot_observer import (
@@ -152,7 +164,7 @@ def _check_parent(parent: object) -> Agent:
 
 
 def resolve_start_request(
-    name: str, provider: SubagentProvider, request: object
+    name: str, provider: SubagentProvider, request: object, limits: Limits = DEFAULT_LIMITS
 ) -> ResolvedStartRequest:
     """Admit a one-shot request for ``provider`` in the order of ONE-2 (rule 2)."""
     if not isinstance(request, StartRequest):
@@ -174,10 +186,14 @@ def resolve_start_request(
     check_capabilities(core, provider.capabilities)
     validate_max_depth(core.max_depth)
     if core.output_schema is not None:
-        check_output_schema(core.output_schema)
-    validate_start_request(core)
+        check_output_schema(core.output_schema, limits=limits)
+    validate_start_request(core, limits)
     depth = delegation_depth_of(header, parent.options)
-    core = attrs.evolve(core, parent=attrs.evolve(core.parent, delegation_depth=depth))
+    core = attrs.evolve(
+        core,
+        prompt=freeze_content(tuple(core.prompt)),
+        parent=attrs.evolve(core.parent, delegation_depth=depth),
+    )
     descriptor = one_shot_descriptor(name, core)
     return ResolvedStartRequest(core, parent, request.signal, descriptor, RunId(str(uuid.uuid4())))
 
@@ -195,7 +211,11 @@ class SubagentService:
         cache: ProjectionCache | None = None,
         sandbox: SandboxPolicyService | None = None,
         approval: ApprovalPolicyService | None = None,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
+        if not isinstance(limits, Limits):
+            raise invalid("limits", "must be Limits")
+        self.limits = limits
         self.agents = agents
         self.sessions = sessions
         self.persistence = persistence
@@ -222,6 +242,7 @@ class SubagentService:
                 setups=self._setups,
                 sandbox=lambda: sandbox,
                 approval=lambda: approval,
+                limits=limits,
             )
             if agents is not None and sessions is not None
             else None
@@ -269,14 +290,14 @@ class SubagentService:
 
     async def start(self, name: str, request: StartRequest) -> SubagentRun:
         """Admit, start through the provider, and observe one one-shot run (rules 2-3)."""
-        provider = self._providers.get(name)
+        provider = self._providers.get(require_str(name, "name"))
         if provider is None:
             raise SubagentError(
                 ErrorCode.NO_PROVIDER,
                 f'no subagent provider registered for "{name}"',
                 field="name",
             )
-        resolved = resolve_start_request(name, provider, request)
+        resolved = resolve_start_request(name, provider, request, self.limits)
         run = await provider.start(resolved)
         core = resolved.request
         published = RunPublished(
@@ -330,7 +351,7 @@ class SubagentService:
     def on(
         self, event_name: str, listener: Listener, *, parent: SessionId | None = None
     ) -> Unsubscribe:
-        """Listen to one lifecycle event; run events may be scoped to one parent (rule 4)."""
+        """Listen to one lifecycle event; run events may be scoped to one parent (rule 5)."""
         if event_name not in self._listeners:
             raise invalid("event_name", f"unknown lifecycle event {event_name!r}")
         if parent is not None and event_name not in _RUN_EVENTS:

@@ -11,14 +11,15 @@ Theory of operation
    ``max_depth``'s domain, the output schema's shape, then the remaining fields. Each failure
    is ``INVALID_ARGUMENT`` naming the field (``request.tool_filter.allow[2]``).
 4. Output schema: only the shape is checked here (a lossless-JSON mapping rooted at
-   ``type: "object"``); the JSON Schema subset is an adapter concern.
+   ``type: "object"``, within the ``Limits``); the JSON Schema subset is an adapter concern.
 5. A persona may be the empty string: it still shadows the deployment persona (POLICY-7).
-   Labels, tool names, and agent provider/model names must be non-empty.
+   Labels, tool names, and agent provider/model names must be non-empty; labels, prompts
+   and schemas are held to the service's ``Limits`` (``core.limits``).
 6. A tool filter declares ``allow`` and/or ``deny`` (the persisted form requires one, DESC-6),
    each a tuple of distinct non-empty names.
 7. The continuable capability is the presence of a preparation method, passed in as a flag;
    its absence is ``UNSUPPORTED_CAPABILITY`` (CAP-5). Continuable starts never consult the
-   four flags (CAP-6): they call ``validate_start_request`` only.
+   four flags (CAP-6): they call the same field validators (``validate_intent``) only.
 """
 
 from __future__ import annotations
@@ -28,13 +29,19 @@ from typing import Final
 
 from dsh_subagent.core.depth import validate_depth, validate_max_depth
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
-from dsh_subagent.core.jsonvalue import check_json, require_int, require_str
+from dsh_subagent.core.jsonvalue import require_int, require_str
+from dsh_subagent.core.limits import (
+    DEFAULT_LIMITS,
+    Limits,
+    check_content,
+    check_label,
+    check_schema_value,
+)
 from dsh_subagent.core.values import (
     AgentOptions,
-    DataBlock,
+    Content,
     SubagentCapabilities,
     SubagentStartRequest,
-    TextBlock,
     ToolFilter,
 )
 
@@ -88,14 +95,16 @@ def check_continuable_capability(provider: str, *, can_prepare: bool) -> None:
         )
 
 
-def validate_output_schema(schema: object, field: str = "request.output_schema") -> None:
+def validate_output_schema(
+    schema: object, field: str = "request.output_schema", limits: Limits = DEFAULT_LIMITS
+) -> None:
     """Check the shape of an output schema: a lossless-JSON object with ``type: "object"``.
 
     raises: SubagentError
     """
     if not isinstance(schema, Mapping):
         raise invalid(field, "must be a JSON object")
-    check_json(schema, field)
+    check_schema_value(schema, field, limits)
     if schema.get("type") != "object":
         raise invalid(f"{field}.type", 'the schema must be object-rooted (type: "object")')
 
@@ -133,11 +142,13 @@ def validate_tool_filter(tool_filter: object, field: str = "request.tool_filter"
     return ToolFilter(allow=allow, deny=deny)
 
 
-def validate_agent_options(options: AgentOptions, field: str = "request.agent_options") -> None:
+def validate_agent_options(options: object, field: str = "request.agent_options") -> None:
     """Check the agent options the seam reads: names non-empty, counts in their domain.
 
     raises: SubagentError
     """
+    if not isinstance(options, AgentOptions):
+        raise invalid(field, "must be AgentOptions")
     if options.provider is not None:
         require_str(options.provider, f"{field}.provider", non_empty=True)
     if options.model is not None:
@@ -148,56 +159,74 @@ def validate_agent_options(options: AgentOptions, field: str = "request.agent_op
         validate_depth(options.subagent_depth, f"{field}.subagent_depth")
 
 
-def validate_prompt(prompt: object, field: str = "request.prompt") -> None:
-    """Check a prompt: content blocks, lossless JSON, not blank.
+def validate_prompt(
+    prompt: object, field: str = "request.prompt", limits: Limits = DEFAULT_LIMITS
+) -> Content:
+    """Check a prompt: content blocks, lossless JSON, not blank, within the limits.
 
     raises: SubagentError
     """
-    if isinstance(prompt, str) or not isinstance(prompt, Sequence) or not prompt:
-        raise invalid(field, "must be a non-empty sequence of content blocks")
-    blank = True
-    for index, block in enumerate(prompt):
-        where = f"{field}[{index}]"
-        if isinstance(block, TextBlock):
-            blank = blank and not require_str(block.text, f"{where}.text").strip()
-        elif isinstance(block, DataBlock):
-            check_json(block.value, f"{where}.value")
-            blank = False
-        else:
-            raise invalid(where, "must be a TextBlock or a DataBlock")
-    if blank:
-        raise invalid(field, "must not be blank")
+    return check_content(prompt, field, limits)
 
 
-def validate_start_request(request: SubagentStartRequest) -> None:
+def validate_intent(
+    *,
+    prefix: str,
+    prompt: object,
+    label: object,
+    tool_filter: object,
+    persona: object,
+    agent_options: object,
+    limits: Limits,
+) -> None:
+    """Check the intent fields both kinds of start share, named under ``prefix``.
+
+    ``max_depth`` is not among them: its domain is checked first (ONE-2).
+
+    raises: SubagentError
+    """
+    validate_prompt(prompt, f"{prefix}.prompt", limits)
+    if label is not None:
+        check_label(label, f"{prefix}.label", limits)
+    if tool_filter is not None:
+        validate_tool_filter(tool_filter, f"{prefix}.tool_filter")
+    if persona is not None:
+        require_str(persona, f"{prefix}.persona")
+    if agent_options is not None:
+        validate_agent_options(agent_options, f"{prefix}.agent_options")
+
+
+def validate_start_request(request: SubagentStartRequest, limits: Limits = DEFAULT_LIMITS) -> None:
     """Validate every field that can be validated purely, in the order of ONE-2 (rule 3).
 
     raises: SubagentError
     """
     validate_max_depth(request.max_depth)
     if request.output_schema is not None:
-        validate_output_schema(request.output_schema)
-    validate_prompt(request.prompt)
+        validate_output_schema(request.output_schema, limits=limits)
     require_str(request.parent.session_id, "request.parent.session_id", non_empty=True)
     validate_depth(request.parent.delegation_depth, "request.parent.delegation_depth")
     validate_agent_options(request.parent.options, "request.parent.options")
-    if request.label is not None:
-        require_str(request.label, "request.label", non_empty=True)
-    if request.tool_filter is not None:
-        validate_tool_filter(request.tool_filter)
-    if request.persona is not None:
-        require_str(request.persona, "request.persona")
-    if request.agent_options is not None:
-        validate_agent_options(request.agent_options)
+    validate_intent(
+        prefix="request",
+        prompt=request.prompt,
+        label=request.label,
+        tool_filter=request.tool_filter,
+        persona=request.persona,
+        agent_options=request.agent_options,
+        limits=limits,
+    )
 
 
-def admit_start_request(request: SubagentStartRequest, caps: SubagentCapabilities) -> None:
+def admit_start_request(
+    request: SubagentStartRequest, caps: SubagentCapabilities, limits: Limits = DEFAULT_LIMITS
+) -> None:
     """The one-shot start's pure pre-checks: capabilities first, then validation (CAP-4).
 
     raises: SubagentError
     """
     check_capabilities(request, caps)
-    validate_start_request(request)
+    validate_start_request(request, limits)
 
 
 __all__ = [
@@ -207,6 +236,7 @@ __all__ = [
     "check_continuable_capability",
     "first_missing_capability",
     "validate_agent_options",
+    "validate_intent",
     "validate_output_schema",
     "validate_prompt",
     "validate_start_request",
