@@ -46,6 +46,8 @@ class ErrorCode(enum.Enum):
     CORRUPT_DESCRIPTOR = "CORRUPT_DESCRIPTOR"
     UNSUPPORTED_DESCRIPTOR_VERSION = "UNSUPPORTED_DESCRIPTOR_VERSION"
     CORRUPT_SESSION = "CORRUPT_SESSION"
+    # A delegated (owned) agent asked the human a question (ASK-1).
+    DELEGATED_CALLER = "DELEGATED_CALLER"
     # Misuse of a core machine: an event its current state does not accept.
     ILLEGAL_TRANSITION = "ILLEGAL_TRANSITION"
 
