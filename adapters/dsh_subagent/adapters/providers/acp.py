@@ -408,8 +408,8 @@ class AcpProvider(OutOfProcessProvider):
                 await asyncio.wait({conversation}, timeout=EXIT_DRAIN)
         finally:
             exited.cancel()
-        if not conversation.done():
-            raise AcpFailure(child.phase, _exit_fact(process.returncode))
+        if not conversation.done():  # so the process exited
+            raise AcpFailure(child.phase, _exit_fact(exited.result()))
         return conversation.result()
 
     async def _handshake(self, conn: ClientSideConnection, child: _Child) -> None:
@@ -511,8 +511,7 @@ class AcpProvider(OutOfProcessProvider):
         await _exit_status(process)
 
 
-def _exit_fact(code: int | None) -> str:
-    assert code is not None
+def _exit_fact(code: int) -> str:
     return f"child exited (status {code})" if code >= 0 else f"child killed (signal {-code})"
 
 
