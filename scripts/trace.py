@@ -55,6 +55,7 @@ def catalog_ids() -> list[tuple[str, str]]:
     for name, pattern in (
         ("behavior-catalog.md", r"^\*\*([A-Z]+-\d+[a-z]?)\.\*\*"),
         ("tools-catalog.md", r"^- \*\*([A-Z]+-\d+[a-z]?)\*\*"),
+        ("acp-rules.md", r"^\* \*\*((?:ACP|ASK)-\d+)\b"),
     ):
         for line in (SHARED / name).read_text(encoding="utf-8").splitlines():
             if match := re.match(pattern, line):
@@ -64,7 +65,8 @@ def catalog_ids() -> list[tuple[str, str]]:
 
 def write_ids() -> None:
     lines = [
-        "# Rule IDs of shared/reference/behavior-catalog.md and tools-catalog.md, one a line.",
+        "# Rule IDs of shared/reference/behavior-catalog.md, tools-catalog.md and acp-rules.md,",
+        "# one a line.",
         "# Regenerate with: .venv/bin/python scripts/trace.py ids",
     ]
     lines += [f"{rule}\t{source}" for rule, source in catalog_ids()]

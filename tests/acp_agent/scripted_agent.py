@@ -7,7 +7,19 @@ Run as ``python scripted_agent.py MODE``. Modes:
 - ``stream``: three chunks (``one two three``) among a thought and an image chunk, then
   ``end_turn``.
 - ``stop:<reason>``: one chunk, then the given ACP stop reason.
-- ``permission``: asks the client for permission and answers with the outcome it got.
+- ``permission:<kinds>``: asks the client for permission offering one option of each
+  comma-separated kind (its id is the kind) and answers with the outcome it got.
+- ``permission-after-cancel``: one chunk, then waits for ``session/cancel``, asks for
+  permission and stops with ``cancelled``; it exits with status 5 if the answer was not
+  ``cancelled``.
+- ``env``: one chunk naming the values (``-`` if unset) of the variables in ``ENV_NAMES``.
+- ``grandchild``: starts a grandchild (stdio detached, in the agent's process group), one
+  chunk ``grandchild=<pid>``, then the agent exits with status 0 mid-prompt; the grandchild
+  stays until signalled.
+- ``grandchild-on-stdout``: like ``grandchild``, but the grandchild inherits stdout and the
+  agent never answers the prompt (and stays until signalled).
+- ``deaf``: like ``hang``, but it ignores stdin EOF (SIGTERM still ends it).
+- ``slow-exit``: like ``hang``, but it exits with status 0 a short while after stdin EOF.
 - ``stall``: one chunk, then waits for ``session/cancel`` and stops with ``cancelled``.
 - ``hang``: one chunk, then never answers the prompt and ignores ``session/cancel`` (it still
   exits at stdin EOF).
@@ -29,8 +41,10 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from acp import (
@@ -56,6 +70,8 @@ from acp.schema import (
 )
 
 SECRET: str = "ACP_TEST_SECRET=hunter2"
+ENV_NAMES: tuple[str, ...] = ("ANTHROPIC_API_KEY", "DSH_AMBIENT", "DSH_EXPLICIT")
+SLOW_EXIT: float = 0.3  # seconds ``slow-exit`` takes to leave after stdin EOF
 
 
 class ScriptedAgent:
@@ -119,13 +135,28 @@ class ScriptedAgent:
         elif self.mode.startswith("stop:"):
             await self.say(session_id, "stopping")
             stop = self.mode.removeprefix("stop:")  # type: ignore[assignment]
-        elif self.mode == "permission":
-            await self.say(session_id, await self.ask_permission(session_id))
+        elif self.mode.startswith("permission:"):
+            kinds = [kind for kind in self.mode.removeprefix("permission:").split(",") if kind]
+            await self.say(session_id, await self.ask_permission(session_id, kinds))
+        elif self.mode == "permission-after-cancel":
+            await self.say(session_id, "working")
+            await self.cancelled.wait()
+            if await self.ask_permission(session_id, ["allow_once"]) != "permission=cancelled":
+                os._exit(5)
+            stop = "cancelled"
+        elif self.mode == "env":
+            values = [f"{name}={os.environ.get(name, '-')}" for name in ENV_NAMES]
+            await self.say(session_id, " ".join(values))
+        elif self.mode in ("grandchild", "grandchild-on-stdout"):
+            await self.say(session_id, f"grandchild={start_grandchild(self.mode)}")
+            if self.mode == "grandchild":
+                os._exit(0)
+            await asyncio.Event().wait()
         elif self.mode == "stall":
             await self.say(session_id, "working")
             await self.cancelled.wait()
             stop = "cancelled"
-        elif self.mode in ("hang", "stubborn"):
+        elif self.mode in ("hang", "stubborn", "deaf", "slow-exit"):
             await self.say(session_id, "working")
             await asyncio.Event().wait()
         elif self.mode == "crash":
@@ -134,11 +165,11 @@ class ScriptedAgent:
             os._exit(3)
         return PromptResponse(stop_reason=stop)
 
-    async def ask_permission(self, session_id: str) -> str:
+    async def ask_permission(self, session_id: str, kinds: list[str]) -> str:
         assert self.client is not None
         options = [
-            PermissionOption(option_id="yes", name="Allow", kind="allow_once"),
-            PermissionOption(option_id="no", name="Reject", kind="reject_once"),
+            PermissionOption(option_id=kind, name=kind, kind=kind)  # type: ignore[arg-type]
+            for kind in kinds
         ]
         call = ToolCallUpdate(tool_call_id="call-1", title="write a file")
         answer = await self.client.request_permission(
@@ -146,6 +177,13 @@ class ScriptedAgent:
         )
         outcome = answer.outcome
         return f"permission={getattr(outcome, 'option_id', outcome.outcome)}"
+
+
+def start_grandchild(mode: str) -> int:
+    """A process in the agent's group that lives until signalled; its pid."""
+    stdout = None if mode == "grandchild-on-stdout" else subprocess.DEVNULL
+    command = [sys.executable, "-c", "import time; time.sleep(120)"]
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=stdout).pid
 
 
 RAW_INITIALIZE: dict[str, dict[str, object]] = {
@@ -180,8 +218,10 @@ def main(mode: str) -> None:
     if mode == "junk-json":
         os.write(1, b"\n42\n")
     asyncio.run(run_agent(ScriptedAgent(mode)))  # type: ignore[arg-type]
-    if mode == "stubborn":
-        threading.Event().wait()  # ignore EOF too: only SIGKILL ends it
+    if mode in ("stubborn", "deaf"):
+        threading.Event().wait()  # ignore EOF too: only a signal ends it
+    if mode == "slow-exit":
+        time.sleep(SLOW_EXIT)
 
 
 if __name__ == "__main__":

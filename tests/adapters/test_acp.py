@@ -1,6 +1,7 @@
-"""The ``acp`` provider over real stdio against the scripted ACP agent (OOP, ONE-4/6/7/9/12/15).
+"""The ``acp`` provider over real stdio against a scripted ACP agent (ACP, OOP, ONE-4/6/7/9/12/15).
 
-Every wait is bounded by ``asyncio.wait_for``; every spawned process is checked to be reaped.
+Every wait is bounded by ``asyncio.wait_for``; every spawned process is checked to be reaped,
+and every grandchild an agent starts is checked (by pid) to be gone after dispose.
 """
 
 from __future__ import annotations
@@ -27,26 +28,32 @@ from dsh_subagent.adapters.providers.acp import (
     Process,
     spawn_agent,
 )
-from dsh_subagent.adapters.providers.base import SubagentRun, can_prepare_continuable
+from dsh_subagent.adapters.providers.base import (
+    StartRequest,
+    SubagentRun,
+    can_prepare_continuable,
+)
 from dsh_subagent.adapters.providers.out_of_process import NO_START_CAPABILITIES
 from dsh_subagent.adapters.signals import AbortController, AbortSignal
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (
+    DataBlock,
     JsonValue,
     KnownStop,
     SessionId,
     StopReason,
     SubagentResult,
+    TextBlock,
     ToolFilter,
 )
-from tests.acp_agent.scripted_agent import SECRET
+from tests.acp_agent.scripted_agent import SECRET, SLOW_EXIT
 from tests.adapters.service_world import World, ask
 
 AGENT = Path(__file__).resolve().parents[1] / "acp_agent" / "scripted_agent.py"
 BOUND = 20.0  # a hang fails the test instead of wedging the suite; never reached when green
 HUNG = "acp session/prompt: no answer within 0.5s"
 NOT_RPC = "a JSON value that is not a JSON-RPC object"
-FAST = {"handshake_timeout": 10.0, "cancel_grace": 2.0, "eof_grace": 2.0, "term_grace": 2.0}
+FAST = {"handshake_timeout": BOUND, "cancel_grace": 2.0, "eof_grace": 2.0, "term_grace": 2.0}
 
 
 def config(mode: str, **fields: object) -> AcpAgentConfig:
@@ -60,6 +67,29 @@ def gone(pid: int) -> bool:
     except ProcessLookupError:
         return not Path(f"/proc/{pid}").exists()
     return False
+
+
+def dead(pid: int) -> bool:
+    """Whether ``pid`` has exited: gone, or a zombie waiting for whoever adopted it."""
+    try:
+        os.kill(pid, 0)
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (ProcessLookupError, FileNotFoundError):
+        return True
+    return state == "Z"
+
+
+async def died(pid: int) -> bool:
+    """Whether ``pid`` (not our child, so not awaitable) exits within ``BOUND``."""
+    async with asyncio.timeout(BOUND):
+        while not dead(pid):
+            await asyncio.sleep(0.01)  # polling a foreign pid: there is no wait primitive
+    return True
+
+
+def grandchild_of(result: SubagentResult) -> int:
+    """The grandchild pid a ``grandchild*`` agent announced in its first chunk."""
+    return int(text(result).removeprefix("grandchild="))
 
 
 async def settled(run: SubagentRun) -> SubagentResult:
@@ -142,6 +172,62 @@ def run(main: Callable[[], Coroutine[object, object, None]]) -> None:
 # --------------------------------------------------------------------------- capabilities, config
 
 
+def test_acp_1_config_defaults_and_every_bound_is_finite() -> None:
+    provider = AcpProvider(AcpAgentConfig(["agent", "--acp"]))
+    assert provider.name == "acp"
+    assert provider.config == AcpAgentConfig(
+        ("agent", "--acp"),
+        env={},
+        cwd=None,
+        permission="reject",
+        handshake_timeout=60.0,
+        prompt_timeout=600.0,
+        cancel_grace=5.0,
+        eof_grace=6.0,
+        term_grace=3.0,
+    )
+
+
+def test_acp_5_an_already_aborted_signal_rejects_without_spawning(tmp_path: Path) -> None:
+    async def main() -> None:
+        rig = Rig("answer")
+        controller = AbortController()
+        controller.abort()
+        with pytest.raises(SubagentError) as caught:
+            await rig.start(str(tmp_path), signal=controller.signal)
+        assert caught.value.code is ErrorCode.CANCELLED
+        assert rig.processes == []
+        assert rig.world.names() == []
+
+    run(main)
+
+
+def test_acp_7_ambient_credentials_and_dsh_names_are_dropped_explicit_env_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    monkeypatch.setenv("DSH_AMBIENT", "ambient")
+
+    async def main() -> None:
+        rig = Rig("env", env={"DSH_EXPLICIT": "explicit"})
+        result = await rig.finish(await rig.start(str(tmp_path)))
+        assert text(result) == "ANTHROPIC_API_KEY=- DSH_AMBIENT=- DSH_EXPLICIT=explicit"
+
+    run(main)
+
+
+def test_acp_9_only_text_blocks_reach_the_agent(tmp_path: Path) -> None:
+    async def main() -> None:
+        rig = Rig("answer")
+        parent = await rig.world.parent(cwd=str(tmp_path))
+        prompt = (TextBlock("left "), DataBlock({"dropped": True}), TextBlock("right"))
+        request = StartRequest(prompt, parent, AbortController().signal)
+        result = await rig.finish(await rig.world.service.start("acp", request))
+        assert text(result).startswith("echo=left right cwd=")
+
+    run(main)
+
+
 def test_oop_1_acp_refuses_parent_enforced_features_before_spawning(tmp_path: Path) -> None:
     async def main() -> None:
         rig = Rig("answer")
@@ -177,13 +263,13 @@ def test_oop_2_acp_timing_bounds_must_be_positive_and_finite(field: str, bad: ob
 
 
 def test_oop_2_acp_command_env_and_permission_are_checked_at_load() -> None:
-    assert config("answer", prompt_timeout=None).prompt_timeout is None
     assert AcpAgentConfig(["agent"], env={"B": "2", "A": "1"}).env == (("A", "1"), ("B", "2"))
     for fields, field in (
         ({"argv": ()}, "argv"),
         ({"argv": ("agent", "")}, "argv"),
         ({"argv": ("agent",), "env": {"KEY": 1}}, "env"),
         ({"argv": ("agent",), "permission": "maybe"}, "permission"),
+        ({"argv": ("agent",), "prompt_timeout": None}, "prompt_timeout"),
     ):
         with pytest.raises(SubagentError) as caught:
             AcpAgentConfig(**fields)
@@ -294,7 +380,8 @@ def test_one_6_oop_8_acp_runs_are_remote_with_parent_scoped_ids(tmp_path: Path) 
     async def main() -> None:
         rig = Rig("answer")
         first = await rig.start(str(tmp_path))
-        assert first.id == "parent/acp-1"
+        assert first.id.startswith("parent/acp-")
+        assert "scripted" not in first.id  # the agent's own session id stays on the wire
         assert first.local_agent is None
         assert first.dispose() is first.dispose()  # memoized
         await rig.finish(first)
@@ -343,14 +430,39 @@ def test_oop_6_reg_9_concurrent_acp_runs_map_their_own_stop_reasons(tmp_path: Pa
     run(main)
 
 
-@pytest.mark.parametrize(("policy", "answer"), [("reject", "cancelled"), ("allow", "yes")])
-def test_acp_permission_requests_are_answered_by_the_policy(
-    tmp_path: Path, policy: str, answer: str
+@pytest.mark.parametrize(
+    ("policy", "offered", "answer"),
+    [
+        ("reject", "allow_once,reject_once", "reject_once"),
+        ("reject", "allow_always,reject_always,reject_once", "reject_always"),
+        ("reject", "allow_once,allow_always", "cancelled"),
+        ("reject", "", "cancelled"),
+        ("allow", "reject_once,allow_always,allow_once", "allow_always"),
+        ("allow", "reject_always,reject_once", "reject_always"),
+        ("allow", "", "cancelled"),
+    ],
+)
+def test_acp_14_ask_1_permission_requests_are_answered_by_the_policy_never_a_human(
+    tmp_path: Path, policy: str, offered: str, answer: str
 ) -> None:
     async def main() -> None:
-        rig = Rig("permission", permission=policy)
+        rig = Rig(f"permission:{offered}", permission=policy)
         result = await rig.finish(await rig.start(str(tmp_path)))
         assert text(result) == f"permission={answer}"
+        assert result.stop_reason is KnownStop.COMPLETED
+
+    run(main)
+
+
+def test_acp_14_a_permission_request_after_cancel_is_answered_cancelled(tmp_path: Path) -> None:
+    async def main() -> None:
+        rig = Rig("permission-after-cancel", permission="allow")
+        child = await rig.start(str(tmp_path))
+        await rig.reach("update")
+        result = await rig.finish(child, dispose_first=True)
+        assert result.stop_reason is KnownStop.ABORTED
+        await rig.reach("cancel-answered")  # it asked after the cancel, and was told cancelled
+        assert rig.processes[0].returncode == 0
 
     run(main)
 
@@ -363,12 +475,12 @@ def test_oop_9_named_acp_instances_coexist_and_duplicates_fail(tmp_path: Path) -
             rig.world.service.register_provider(AcpProvider(config("answer"), name="acp-a"))
         assert caught.value.code is ErrorCode.DUPLICATE_PROVIDER
         run_a = await rig.start(str(tmp_path))
-        assert run_a.id == "parent/acp-a-1"
+        assert run_a.id.startswith("parent/acp-a-")
         await rig.finish(run_a)
         parent = rig.world.registry.get(SessionId("parent"))
         assert parent is not None
         run_b = await rig.world.service.start("acp-b", ask(parent))
-        assert run_b.id == "parent/acp-b-1"
+        assert run_b.id.startswith("parent/acp-b-")
         assert (await settled(run_b)).stop_reason is KnownStop.COMPLETED
         await asyncio.wait_for(run_b.dispose(), BOUND)
 
@@ -494,5 +606,77 @@ def test_one_9_acp_dispose_after_settlement_keeps_the_result_and_reaps(tmp_path:
         assert await rig.finish(child) == result
         assert result.stop_reason is KnownStop.COMPLETED
         await asyncio.wait_for(child.dispose(), BOUND)  # a repeat is a no-op
+
+    run(main)
+
+
+# --------------------------------------------------------------------------- the dispose ladder
+
+
+@pytest.mark.parametrize(
+    ("mode", "fields", "returncode"),
+    [
+        ("hang", {}, 0),  # tier 1: exits at stdin EOF
+        ("deaf", {"eof_grace": 0.2}, -signal.SIGTERM),  # tier 2: ignores EOF, not SIGTERM
+        ("stubborn", {"eof_grace": 0.2, "term_grace": 0.2}, -signal.SIGKILL),  # tier 3
+        # the EOF window outlasts the SIGTERM grace: a slow but willing exit is not signalled
+        ("slow-exit", {"eof_grace": 10 * SLOW_EXIT, "term_grace": SLOW_EXIT / 3}, 0),
+    ],
+)
+def test_acp_15_dispose_closes_stdin_then_terminates_then_kills(
+    tmp_path: Path, mode: str, fields: dict[str, object], returncode: int
+) -> None:
+    async def main() -> None:
+        rig = Rig(mode, cancel_grace=0.2, **fields)
+        child = await rig.start(str(tmp_path))
+        await rig.reach("update")
+        result = await rig.finish(child, dispose_first=True)
+        assert result == SubagentResult(({"type": "text", "text": "working"},), KnownStop.ABORTED)
+        assert rig.processes[0].returncode == returncode
+
+    run(main)
+
+
+def test_acp_15_dispose_signals_the_group_after_its_leader_exited(tmp_path: Path) -> None:
+    async def main() -> None:
+        rig = Rig("grandchild", eof_grace=0.3)
+        child = await rig.start(str(tmp_path))
+        result = await settled(child)
+        assert result.diagnostic == "acp session/prompt: child exited (status 0)"
+        grandchild = grandchild_of(result)
+        assert not dead(grandchild)  # the leader is gone, its group is not
+        await rig.finish(child)
+        assert await died(grandchild)
+
+    run(main)
+
+
+def test_acp_15_oop_6_a_killed_agent_ends_the_run_while_a_grandchild_holds_stdout(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        rig = Rig("grandchild-on-stdout", eof_grace=0.3)
+        child = await rig.start(str(tmp_path))
+        await rig.reach("update")
+        rig.processes[0].kill()  # the leader only: the grandchild keeps the pipe open
+        result = await settled(child)
+        assert result.stop_reason is KnownStop.ERROR
+        assert result.diagnostic == f"acp session/prompt: child killed (signal {signal.SIGKILL})"
+        grandchild = grandchild_of(result)
+        await rig.finish(child)
+        assert await died(grandchild)
+
+    run(main)
+
+
+def test_acp_1_a_missed_prompt_timeout_settles_error(tmp_path: Path) -> None:
+    async def main() -> None:
+        rig = Rig("hang", prompt_timeout=0.3, cancel_grace=0.2)
+        result = await rig.finish(await rig.start(str(tmp_path)))
+        assert result == SubagentResult(
+            ({"type": "text", "text": "working"},),
+            KnownStop.ERROR,
+            diagnostic="acp session/prompt: no answer within 0.3s",
+        )
 
     run(main)

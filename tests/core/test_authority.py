@@ -18,6 +18,7 @@ from dsh_subagent.core.authority import (
     authorize_drain_children,
     authorize_followup,
     authorize_interrupt,
+    authorize_question,
     authorize_report,
     interrupt_cause,
     live_lineage,
@@ -153,3 +154,23 @@ def test_auth_1_allowed_implies_exact_live_and_header_match(
     header = P if header_is_parent else SessionId("x")
     decision = authorize_followup(ParentAuthority(Presented(AgentRef(P, token), registry)), header)
     assert (decision is ALLOWED) == (registry == token and header_is_parent)
+
+
+def test_ask_1_only_an_exact_live_root_may_ask_the_human() -> None:
+    assert authorize_question(Presented(PARENT, 1), {PARENT}) is ALLOWED
+    for stale in (None, Presented(PARENT, 2), Presented(PARENT, None)):
+        refused = authorize_question(stale, {PARENT})
+        assert isinstance(refused, Denied)
+        assert refused.code is ErrorCode.UNAUTHORIZED
+    owned = authorize_question(Presented(CHILD, 7), {PARENT})
+    assert isinstance(owned, Denied)
+    assert owned.code is ErrorCode.DELEGATED_CALLER
+    assert "final result" in owned.reason
+
+
+def test_ask_2_authority_is_runtime_ownership_not_lineage() -> None:
+    # A resumed child with lineage but no live owner is a root; a live owned child is not.
+    assert authorize_question(Presented(CHILD, 7), {CHILD}) is ALLOWED
+    assert isinstance(authorize_question(Presented(CHILD, 7), set()), Denied)
+    # A same-id replacement of a root is not that root.
+    assert isinstance(authorize_question(Presented(AgentRef(C, 8), 8), {CHILD}), Denied)

@@ -27,6 +27,7 @@ def test_vendored_id_list_matches_the_catalogs_when_present() -> None:
     for name, pattern in (
         ("behavior-catalog.md", r"^\*\*([A-Z]+-\d+[a-z]?)\.\*\*"),
         ("tools-catalog.md", r"^- \*\*([A-Z]+-\d+[a-z]?)\*\*"),
+        ("acp-rules.md", r"^\* \*\*((?:ACP|ASK)-\d+)\b"),
     ):
         for line in (SHARED / name).read_text(encoding="utf-8").splitlines():
             match = re.match(pattern, line)

@@ -1,4 +1,4 @@
-"""Authority decisions: who may follow up, interrupt, report to, or drain a continuable child.
+"""Authority decisions: who may follow up, interrupt, report to, drain, or ask the human.
 
 Theory of operation
 -------------------
@@ -16,14 +16,19 @@ Theory of operation
 4. Report (AUTH-9): the sender must be the exact agent of a resident Activation that is not
    closing. Drain of selected children (AUTH-10) is all-or-nothing; scoped drain ignores
    every root that is not exact live (AUTH-11).
-5. Decisions are data: ``Allowed`` or ``Denied(code, reason)``; nothing here raises.
-6. A grant is verified by the adapter (an object only the service can mint); the core only
+5. A human question (ASK-1..3) is admitted only from an exact live agent that is a root:
+   one no live agent owns. Ownership is the runtime fact (ASK-2): a resumed session with
+   child lineage but no owner is a root, a live owned child is not, whatever its depth. A
+   host calls it after its aborted and empty-batch guards and before validating the
+   questions or opening any wait, so an owned child never blocks on a human (ASK-3).
+6. Decisions are data: ``Allowed`` or ``Denied(code, reason)``; nothing here raises.
+7. A grant is verified by the adapter (an object only the service can mint); the core only
    sees ``grant_genuine``. Message sources never reach this module (AUTH-3).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Final, TypeAlias
 
 import attrs
@@ -113,6 +118,11 @@ class TargetFacts:
 
 _FORGED_GRANT: Final = Denied(ErrorCode.UNAUTHORIZED, "user authority requires a service grant")
 _STALE_PARENT: Final = Denied(ErrorCode.UNAUTHORIZED, "exact live parent required")
+_QUESTION_NOT_LIVE: Final = Denied(ErrorCode.UNAUTHORIZED, "questions come only from a live agent")
+_DELEGATED_QUESTION: Final = Denied(
+    ErrorCode.DELEGATED_CALLER,
+    "a delegated agent cannot ask the user; put the open question in your final result",
+)
 
 
 def authorize_followup(authority: FollowupAuthority, header_parent: SessionId | None) -> Decision:
@@ -241,3 +251,18 @@ def live_lineage(
         lineage.add(registry[next_id])
         next_id = header_parent_of.get(next_id)
     return frozenset(lineage)
+
+
+def authorize_question(caller: Presented | None, roots: Collection[AgentRef]) -> Decision:
+    """May ``caller`` ask the human (ASK-1)? ``None``: there was no registry to authenticate it.
+
+    ``roots`` are the exact live agents no live agent owns (ASK-2).
+
+    post: isinstance(__return__, Denied) or (caller is not None and caller.agent in roots)
+    post: isinstance(__return__, Denied) or caller is None or caller.is_exact_live
+    """
+    if caller is None or not caller.is_exact_live:
+        return _QUESTION_NOT_LIVE
+    if caller.agent not in roots:
+        return _DELEGATED_QUESTION
+    return ALLOWED

@@ -48,6 +48,8 @@ class ErrorCode(enum.Enum):
     CORRUPT_SESSION = "CORRUPT_SESSION"
     # A persistence read or write named a session id no session is stored under.
     NOT_FOUND = "NOT_FOUND"
+    # A delegated (owned) agent asked the human a question (ASK-1).
+    DELEGATED_CALLER = "DELEGATED_CALLER"
     # Misuse of a core machine: an event its current state does not accept.
     ILLEGAL_TRANSITION = "ILLEGAL_TRANSITION"
 

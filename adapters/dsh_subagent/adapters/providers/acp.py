@@ -2,31 +2,42 @@
 
 Theory of operation
 -------------------
-1. Configuration is validated at load (``AcpAgentConfig``): a non-empty ``argv``, string ``env``
-   values, a ``permission`` policy, positive finite timing bounds (OOP-2) and an optional
-   working directory resolved against the launch directory and checked (OOP-4). The child's
-   environment is the SDK's minimal inherited set (no ambient credentials) plus ``env``.
+1. Configuration is validated at load (``AcpAgentConfig``, ACP-1/2): a non-empty ``argv``
+   (the command and its arguments), string ``env`` values, a ``permission`` policy (default
+   ``reject``), positive finite timing bounds (OOP-2) and an optional working directory
+   resolved against the launch directory and checked (OOP-4). Every bound is finite, the
+   prompt's too (``prompt_timeout``, default 600 s: a wedged or offline agent must not hold a
+   run forever; a longer task configures more). The child's environment is the SDK's minimal
+   inherited set (no ambient credentials, no ambient ``DSH_*``) plus ``env`` (ACP-7).
 2. As an out-of-process provider it advertises no start capabilities, has no
    ``prepare_continuable`` and ``inherits_parent_context`` is false (OOP-1): the service refuses
    a schema, depth cap, tool filter or persona before anything is spawned.
 3. Unpublished setup (``launch``) resolves the child's working directory (the configured one,
-   else the parent session's, OOP-5) and spawns the command in its own process group. The run
-   is published once the process exists; an abort during setup reaps it before the start
-   rejects (ONE-7).
+   else the parent session's, OOP-5) and spawns the command in its own session, so it leads
+   a process group holding everything it starts. The run is published once the process
+   exists; an abort during setup reaps it before the start rejects (ONE-7).
 4. The published attempt (``run``) speaks ACP over the child's stdio: ``initialize`` and
-   ``session/new`` within ``handshake_timeout``, then ``session/prompt`` (bounded by
-   ``prompt_timeout`` when set). ``agent_message_chunk`` text streams into the output fold
-   (ONE-12); permission requests are answered by the policy. The prompt's stop reason maps to
-   ours by ``STOP_REASONS`` (an unclean or unknown stop is ``error``).
+   ``session/new`` within ``handshake_timeout``, then ``session/prompt`` within
+   ``prompt_timeout``. ``agent_message_chunk`` text streams into the output fold (ONE-12).
+   Permission requests are answered by the policy, never by a human (ACP-14, ASK): ``allow``
+   selects the first offered allow option, else a reject option; ``reject`` selects the
+   first offered reject option; ``cancelled`` (which the protocol reserves for a cancelled
+   turn) only when no fitting option is offered or the attempt is already cancelled. The
+   prompt's stop reason maps to ours by ``STOP_REASONS`` (an unclean or unknown stop is
+   ``error``).
 5. Every failure of the child settles ``error`` (never a hang): a crash or early exit (the
-   connection closes), a line on stdout that is not a JSON-RPC object (the connection is ended
-   at once), a malformed or refused answer, or a missed bound. ``diagnostic_for`` renders it as
-   one fixed-format line, ``acp <phase>: <fact>``: no raw error, payload or stderr (OOP-10).
+   process exit is watched beside the pipe, so a grandchild still holding stdout open cannot
+   keep the run alive; what was written before the exit is still read, for ``EXIT_DRAIN``), a
+   line on stdout that is not a JSON-RPC object (the connection is ended at once), a
+   malformed or refused answer, or a missed bound. ``diagnostic_for`` renders it as one
+   fixed-format line, ``acp <phase>: <fact>``: no raw error, payload or stderr (OOP-10).
 6. Shutting the child down is one memoized ladder, begun when the attempt ends (settled,
    failed or cancelled) and awaited by ``teardown`` (dispose): while a prompt is outstanding
    send ``session/cancel`` and wait up to ``cancel_grace`` for its answer; close stdin (EOF)
-   and wait up to ``eof_grace``; then SIGTERM the process group and wait up to ``term_grace``;
-   then SIGKILL. The process is always reaped; the connection is closed after it exits.
+   and wait up to ``eof_grace`` for the whole process group to exit; then SIGTERM the group and
+   wait up to ``term_grace``; then SIGKILL it. A leader that exits first does not end the
+   ladder while its group has members (ACP-15). The process is always reaped; the connection
+   is closed after it exits.
 7. An optional progress listener hears the stages ``spawned``, ``session``, ``prompting``,
    ``update`` (each message chunk), ``cancel-sent`` and ``cancel-answered``; its failures are
    logged, never propagated.
@@ -35,6 +46,9 @@ Using a real agent: install the ``acp`` extra and an ACP agent command, then reg
 ``AcpProvider(AcpAgentConfig(["npx", "@zed-industries/claude-code-acp"],
 env={"ANTHROPIC_API_KEY": key}))``. Only the SDK's minimal environment is inherited, so the
 agent's own credentials and any ``PATH`` additions go in ``env``. POSIX only (process groups).
+Limitations (ACP-16): a fresh process for every run (no pooling), local workspaces only, no
+start capabilities, only committed ``agent_message_chunk`` text is collected, and permission
+requests are answered automatically.
 """
 
 from __future__ import annotations
@@ -82,6 +96,10 @@ _log = logging.getLogger(__name__)
 
 PREFIX: Final = "acp"
 LINE_LIMIT: Final = 32 * 1024 * 1024
+EXIT_DRAIN: Final = 0.5  # seconds to read what an exited child wrote before calling it gone
+POLL: Final = 0.05  # seconds between looks at an exit status or a process group
+ALLOW_KINDS: Final = ("allow_once", "allow_always")
+REJECT_KINDS: Final = ("reject_once", "reject_always")
 CLIENT_INFO: Final = Implementation(name="dsh-subagent", version="0.1.0")
 STOP_REASONS: Final[Mapping[str, StopReason]] = {
     "end_turn": KnownStop.COMPLETED,
@@ -134,9 +152,7 @@ class AcpAgentConfig:
     cwd: str | None = attrs.field(default=None, converter=_cwd)
     permission: Permission = attrs.field(default="reject", validator=_permission)
     handshake_timeout: float = attrs.field(default=60.0, validator=_positive)
-    prompt_timeout: float | None = attrs.field(
-        default=None, validator=attrs.validators.optional(_positive)
-    )
+    prompt_timeout: float = attrs.field(default=600.0, validator=_positive)
     cancel_grace: float = attrs.field(default=5.0, validator=_positive)
     eof_grace: float = attrs.field(default=6.0, validator=_positive)
     term_grace: float = attrs.field(default=3.0, validator=_positive)
@@ -156,7 +172,7 @@ ProgressListener = Callable[[str], object]
 
 
 async def spawn_agent(spec: LaunchSpec) -> Process:
-    """Start the agent with piped stdin/stdout, inherited stderr, in a new process group."""
+    """Start the agent with piped stdin/stdout, inherited stderr, leading a new session."""
     return await asyncio.create_subprocess_exec(
         *spec.argv,
         stdin=asyncio.subprocess.PIPE,
@@ -257,9 +273,12 @@ class _Collector:
     async def request_permission(
         self, session_id: str, tool_call: object, options: list[PermissionOption], **_meta: object
     ) -> RequestPermissionResponse:
-        if self._provider.config.permission == "allow":
+        """The policy's answer; nothing reaches a human (rule 4, ACP-14, ASK)."""
+        allow = self._provider.config.permission == "allow"
+        preference = (ALLOW_KINDS, REJECT_KINDS) if allow else (REJECT_KINDS,)
+        for kinds in preference if not self._attempt.cancelled else ():
             for option in options:
-                if option.kind in ("allow_once", "allow_always"):
+                if option.kind in kinds:
                     chosen = AllowedOutcome(outcome="selected", option_id=option.option_id)
                     return RequestPermissionResponse(outcome=chosen)
         return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
@@ -348,9 +367,9 @@ class AcpProvider(OutOfProcessProvider):
         # every other client method answers "method not found" (no fs or terminal offered).
         conn = connect_to_agent(cast(Client, collector), child.transport)
         child.connection = conn
+        conversation = asyncio.ensure_future(self._exchange(conn, child, request))
         try:
-            await self._handshake(conn, child)
-            response = await self._prompt(conn, child, request)
+            response = await self._before_exit(conversation, child, process)
         except AcpFailure:
             raise
         except RequestError as error:
@@ -359,11 +378,39 @@ class AcpProvider(OutOfProcessProvider):
             raise AcpFailure(child.phase, "child sent a malformed message") from None
         except OSError:  # ConnectionError (closed), BrokenPipeError, ... (rule 5)
             raise AcpFailure(child.phase, await self._loss_fact(child)) from None
+        finally:
+            conversation.cancel()  # a no-op once done; the prompt itself is shielded
         stop = STOP_REASONS.get(response.stop_reason, KnownStop.ERROR)
         diagnostic = None
         if stop is KnownStop.ERROR:
             diagnostic = f"{PREFIX} session/prompt: child stopped with {response.stop_reason}"
         return SubagentResult(attempt.collected(), stop, diagnostic=diagnostic)
+
+    async def _exchange(
+        self, conn: ClientSideConnection, child: _Child, request: ResolvedStartRequest
+    ) -> PromptResponse:
+        await self._handshake(conn, child)
+        return await self._prompt(conn, child, request)
+
+    async def _before_exit(
+        self, conversation: asyncio.Future[PromptResponse], child: _Child, process: Process
+    ) -> PromptResponse:
+        """The conversation's outcome, or the process's exit if it comes first (rule 5).
+
+        A grandchild may hold stdout open after the process exits, so EOF alone cannot be
+        trusted to end the conversation; what the process wrote before exiting is still read.
+        """
+        exited = asyncio.ensure_future(_exit_status(process))
+        either: set[asyncio.Future[Any]] = {conversation, exited}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if not conversation.done():
+                await asyncio.wait({conversation}, timeout=EXIT_DRAIN)
+        finally:
+            exited.cancel()
+        if not conversation.done():  # so the process exited
+            raise AcpFailure(child.phase, _exit_fact(exited.result()))
+        return conversation.result()
 
     async def _handshake(self, conn: ClientSideConnection, child: _Child) -> None:
         bound = self.config.handshake_timeout
@@ -408,11 +455,9 @@ class AcpProvider(OutOfProcessProvider):
             return child.transport.violation
         assert child.process is not None
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(child.process.wait(), self.config.eof_grace)
+            await asyncio.wait_for(_exit_status(child.process), self.config.eof_grace)
         code = child.process.returncode
-        if code is None:
-            return "child closed the connection"
-        return f"child exited (status {code})" if code >= 0 else f"child killed (signal {-code})"
+        return "child closed the connection" if code is None else _exit_fact(code)
 
     def diagnostic_for(self, error: BaseException) -> str | None:
         """The fixed-format line of an ``AcpFailure``; nothing raw for anything else (OOP-10)."""
@@ -460,15 +505,52 @@ class AcpProvider(OutOfProcessProvider):
             (signal.SIGTERM, self.config.eof_grace),
             (signal.SIGKILL, self.config.term_grace),
         ):
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(process.wait(), grace)
+            if await _tree_exits(process, grace):
                 return
             _signal(process, escalation)
-        await process.wait()
+        await _exit_status(process)
+
+
+def _exit_fact(code: int) -> str:
+    return f"child exited (status {code})" if code >= 0 else f"child killed (signal {-code})"
+
+
+async def _exit_status(process: Process) -> int:
+    """The status once the process exits, whoever still holds its pipes.
+
+    asyncio's ``Process.wait()`` also waits for every pipe to close, which a grandchild
+    holding stdout can put off forever; the status itself is set at the exit, so look at it.
+    """
+    while process.returncode is None:
+        await asyncio.sleep(POLL)
+    return process.returncode
+
+
+def _group_alive(process: Process) -> bool:
+    """Whether the process group the child leads still has a member (zombies count)."""
+    try:
+        os.killpg(process.pid, 0)
+    except ProcessLookupError:  # empty, or the child leads no group (a foreign spawner's)
+        return False
+    except PermissionError:  # a member we may not signal is still a member
+        return True
+    return True
+
+
+async def _tree_exits(process: Process, grace: float) -> bool:
+    """Whether the child and every member of the group it leads exit within ``grace``."""
+    try:
+        async with asyncio.timeout(grace):
+            await _exit_status(process)
+            while _group_alive(process):  # no wait primitive for a group: look, bounded
+                await asyncio.sleep(POLL)
+    except TimeoutError:
+        return False
+    return True
 
 
 def _signal(process: Process, signum: int) -> None:
-    """Signal the child's process group, or the child alone if it leads none."""
+    """Signal the group the child leads (even after the child itself exited), else the child."""
     try:
         os.killpg(process.pid, signum)
     except (ProcessLookupError, PermissionError):
@@ -477,6 +559,7 @@ def _signal(process: Process, signum: int) -> None:
 
 
 __all__ = [
+    "EXIT_DRAIN",
     "LINE_LIMIT",
     "PREFIX",
     "STOP_REASONS",

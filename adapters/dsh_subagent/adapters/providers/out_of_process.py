@@ -10,9 +10,10 @@ Theory of operation
    ``attempt.push_text`` and honours ``attempt.signal``) and may override ``launch`` (the
    unpublished setup), ``teardown`` (release of the remote child), ``report_error`` (the error
    sink) and ``diagnostic_for`` (a sanitized failure fact, OOP-10).
-3. ``start`` refuses an aborted signal, mints a run id unique in the parent's namespace
-   (``<parent>/<provider>-<n>``, ONE-6), awaits ``launch`` under the signal (a failure or an
-   abort tears down, then rejects), and publishes with ``local_agent`` ``None``.
+3. ``start`` refuses an aborted signal, mints a fresh run id in the parent's namespace
+   (``<parent>/<provider>-<uuid>``, ONE-6, ACP-6: unique across restarts too), awaits
+   ``launch`` under the signal (a failure or an abort tears down, then rejects), and
+   publishes with ``local_agent`` ``None``.
 4. Settlement never rejects (OOP-6): a local cancellation wins over whatever the attempt then
    returns or raises (``aborted`` with the collected output); an attempt's own result stands;
    any other failure calls the error sink (its failures swallowed) and settles ``error`` with
@@ -32,6 +33,7 @@ import contextlib
 import logging
 import math
 import os
+import uuid
 from typing import Final
 
 from dsh_subagent.adapters.providers.base import (
@@ -126,13 +128,10 @@ class OutOfProcessProvider(abc.ABC):
 
     def __init__(self, name: str) -> None:
         self.name: Final = require_str(name, "name", non_empty=True)
-        self._minted: dict[SessionId, int] = {}
 
     def mint_run_id(self, parent: SessionId) -> str:
-        """A run id unique within ``parent``'s namespace (ONE-6)."""
-        count = self._minted.get(parent, 0) + 1
-        self._minted[parent] = count
-        return f"{parent}/{self.name}-{count}"
+        """A fresh run id in ``parent``'s namespace (ONE-6, ACP-6)."""
+        return f"{parent}/{self.name}-{uuid.uuid4().hex}"
 
     async def start(self, request: ResolvedStartRequest) -> OutOfProcessRun:
         if request.signal.aborted:
