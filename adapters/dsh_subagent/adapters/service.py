@@ -91,7 +91,7 @@ from dsh_subagent.core.lifecycle import (
     RunStartInfo,
 )
 from dsh_subagent.core.listing import DescendantRow, ListingRow
-from dsh_subagent.core.manager_events import ReportDelivery
+from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.residency import ActivationState
 from dsh_subagent.core.values import (
     USER_SOURCE,

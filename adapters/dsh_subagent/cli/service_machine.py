@@ -74,7 +74,7 @@ from dsh_subagent.cli.service_faults import (
 )
 from dsh_subagent.core.errors import SubagentError
 from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
-from dsh_subagent.core.manager_events import ReportDelivery
+from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.values import (
     CoordinatorSource,
     MessageId,

@@ -25,7 +25,7 @@ from dsh_subagent.core.authority import ParentAuthority, UserAuthority
 from dsh_subagent.core.errors import SubagentError
 from dsh_subagent.core.inbox import ledger_of
 from dsh_subagent.core.manager import ManagerState, residency_of
-from dsh_subagent.core.manager_effects import (
+from dsh_subagent.core.manager.effects import (
     DisposeHandle,
     Effect,
     EmitEnd,
@@ -35,7 +35,7 @@ from dsh_subagent.core.manager_effects import (
     SendNotice,
     SubmitFollowup,
 )
-from dsh_subagent.core.manager_events import LIVE, Event, FollowupRequested, Phase
+from dsh_subagent.core.manager.events import LIVE, Event, FollowupRequested, Phase
 from dsh_subagent.core.residency import Residency
 from dsh_subagent.core.values import MessageId, SessionId
 
