@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 from dsh_subagent.core.authority import AgentRef, ParentAuthority, Presented
 from dsh_subagent.core.manager import apply
-from dsh_subagent.core.manager_events import (
+from dsh_subagent.core.manager.events import (
     AgentBecameIdle,
     ChildIdReserved,
     ChildMaterialized,
@@ -32,7 +32,7 @@ from dsh_subagent.core.manager_events import (
     Phase,
     WholeManager,
 )
-from dsh_subagent.core.manager_state import Activation, ManagerState
+from dsh_subagent.core.manager.state import Activation, ManagerState
 from dsh_subagent.core.notices import EpochOutcome
 from dsh_subagent.core.pmap import PMap
 from dsh_subagent.core.teardown import FlushOutcome, plan_teardown

@@ -20,7 +20,7 @@ PER_CONDITION_TIMEOUT = "6"
 
 def modules_with_contracts() -> list[Path]:
     return sorted(
-        p for p in CORE.glob("*.py") if "post:" in p.read_text() or "pre:" in p.read_text()
+        p for p in CORE.rglob("*.py") if "post:" in p.read_text() or "pre:" in p.read_text()
     )
 
 

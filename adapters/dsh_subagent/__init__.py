@@ -38,7 +38,7 @@ _EXPORTS: dict[str, str] = {
     "ListingRow": "dsh_subagent.core.listing",
     "MessageId": "dsh_subagent.core.values",
     "Mode": "dsh_subagent.core.values",
-    "ReportDelivery": "dsh_subagent.core.manager_events",
+    "ReportDelivery": "dsh_subagent.core.manager.events",
     "RunEndInfo": "dsh_subagent.core.lifecycle",
     "RunStartInfo": "dsh_subagent.core.lifecycle",
     "SessionEvent": "dsh_subagent.core.values",
@@ -184,7 +184,7 @@ if TYPE_CHECKING:
     from dsh_subagent.core.listing import DescendantRow as DescendantRow
     from dsh_subagent.core.listing import ListingDiagnostic as ListingDiagnostic
     from dsh_subagent.core.listing import ListingRow as ListingRow
-    from dsh_subagent.core.manager_events import ReportDelivery as ReportDelivery
+    from dsh_subagent.core.manager.events import ReportDelivery as ReportDelivery
     from dsh_subagent.core.values import AgentOptions as AgentOptions
     from dsh_subagent.core.values import BaseSource as BaseSource
     from dsh_subagent.core.values import BaseSourceKind as BaseSourceKind

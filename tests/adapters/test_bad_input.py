@@ -19,7 +19,7 @@ from dsh_subagent.adapters.frozen_json import freeze_checked
 from dsh_subagent.adapters.service import SubagentService
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.limits import Limits
-from dsh_subagent.core.manager_events import ReportDelivery
+from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.values import (
     AgentOptions,
     CoordinatorSource,

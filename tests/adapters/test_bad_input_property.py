@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from dsh_subagent.adapters.continuation_types import ParentAgent
 from dsh_subagent.core.errors import SubagentError
 from dsh_subagent.core.limits import DEFAULT_LIMITS
-from dsh_subagent.core.manager_events import ReportDelivery
+from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.values import (
     AgentOptions,
     CoordinatorSource,

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine, Generator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from dsh_subagent.adapters.continuation_types import ContinuableStartSpec
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.adapters.reference.session import LiveSession
 from dsh_subagent.cli.demo import DemoModel
+from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.lifecycle import RunEndInfo
 from dsh_subagent.core.values import AgentOptions, SessionId, TextBlock
 
@@ -40,3 +45,78 @@ def test_tear_16_close_drains_children_before_disposing_their_parent(tmp_path: P
     asyncio.run(main())
     assert order.index("end child") < order.index("disposed parent")
     assert order.index("disposed child") < order.index("disposed parent")
+
+
+class _Resumed:
+    """The rest of a coroutine that ``start_eagerly`` already ran to its first suspension."""
+
+    def __init__(self, work: Coroutine[Any, Any, None], pending: object) -> None:
+        self._work = work
+        self._pending = pending
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        pending = self._pending
+        while True:
+            error: BaseException | None = None
+            sent = None
+            try:
+                sent = yield pending
+            except BaseException as exc:
+                error = exc
+            try:
+                pending = self._work.send(sent) if error is None else self._work.throw(error)
+            except StopIteration:
+                return
+
+
+def start_eagerly(work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+    """Run ``work`` now up to its first await, as an eager task factory (3.12+) would."""
+    try:
+        pending = work.send(None)
+    except StopIteration:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    async def rest() -> None:
+        await _Resumed(work, pending)
+
+    return asyncio.ensure_future(rest())
+
+
+def test_tear_13_err_7_a_drain_during_publication_refuses_the_start_as_draining(
+    tmp_path: Path,
+) -> None:
+    """A ``subagent/start`` listener drains: the start fails DRAINING, never a transition."""
+    model = DemoModel()
+    drains: list[asyncio.Future[None]] = []
+    ends: list[str] = []
+
+    def model_for(_session: LiveSession, _options: AgentOptions) -> DemoModel:
+        return model
+
+    async def main() -> None:
+        harness = await ReferenceHarness.open(model_for, db=tmp_path / "h.db")
+        service = harness.service
+        service.on(
+            "subagent/start",
+            lambda _info: drains.append(start_eagerly(service.drain_continuable())),
+        )
+        service.on(
+            "subagent/end",
+            lambda info: ends.append(info.start.child_id) if isinstance(info, RunEndInfo) else None,
+        )
+        parent = await harness.create_agent("parent")
+        spec = ContinuableStartSpec(
+            "spawn", "c", parent, (TextBlock("work"),), child_id=SessionId("child")
+        )
+        with pytest.raises(SubagentError) as raised:
+            await service.start_continuable(spec)
+        assert raised.value.code is ErrorCode.DRAINING
+        assert len(drains) == 1
+        await drains[0]
+        assert ends == ["child"]
+        assert harness.registry.get(SessionId("child")) is None
+        await harness.close()
+
+    asyncio.run(main())

@@ -14,7 +14,7 @@ from dsh_subagent.adapters.continuation_types import (
 from dsh_subagent.adapters.projections import SessionProjectionRegistry
 from dsh_subagent.adapters.service import SubagentService
 from dsh_subagent.core.errors import ErrorCode, SubagentError
-from dsh_subagent.core.manager_events import ReportDelivery
+from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.projections import IDENTITY_KEY, TIMING_KEY
 from dsh_subagent.core.values import SessionId, TextBlock
 

@@ -14,7 +14,7 @@ from dsh_subagent.adapters.tools import BackgroundMode, ReportTool
 from dsh_subagent.adapters.tools.report import REPORT_GUIDANCE
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import SubagentError
-from dsh_subagent.core.manager_events import ReportDelivery
+from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.values import (
     Content,
     JsonValue,

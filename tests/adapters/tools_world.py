@@ -44,7 +44,7 @@ from dsh_subagent.adapters.tools import (
 )
 from dsh_subagent.adapters.tools.calling import acting_as
 from dsh_subagent.core import wire
-from dsh_subagent.core.manager_events import ReportDelivery
+from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.values import (
     ASSISTANT_MESSAGE,
     TOOL_RESULT,

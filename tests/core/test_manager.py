@@ -18,8 +18,9 @@ from dsh_subagent.core.authority import (
     UserInterrupt,
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError
-from dsh_subagent.core.manager import REFUSALS, STATE_TRIGGERED, TRANSITIONS, apply
-from dsh_subagent.core.manager_effects import (
+from dsh_subagent.core.manager import STATE_TRIGGERED, TRANSITIONS, apply
+from dsh_subagent.core.manager.effects import (
+    AwaitBranches,
     AwaitRelease,
     CancelAgent,
     DeliverReport,
@@ -35,7 +36,7 @@ from dsh_subagent.core.manager_effects import (
     SendNotice,
     SubmitFollowup,
 )
-from dsh_subagent.core.manager_events import (
+from dsh_subagent.core.manager.events import (
     LIVE,
     AgentBecameBusy,
     AgentBecameIdle,
@@ -63,7 +64,7 @@ from dsh_subagent.core.manager_events import (
     StartRolledBack,
     WholeManager,
 )
-from dsh_subagent.core.manager_state import (
+from dsh_subagent.core.manager.state import (
     Forest,
     ManagerState,
     activation_state_of,
@@ -258,6 +259,47 @@ def test_cont_9_rollback_after_publication_closes_the_pair_without_notice() -> N
     effects = finish(d, "c")
     assert kinds(effects) == [DisposeHandle, ReleaseOwnership, EmitEnd]
     assert phase(d, "c") is Phase.ABSENT
+
+
+def test_tear_13_err_7_rollback_after_a_drain_opened_the_disposal_changes_nothing() -> None:
+    """A drain during publication: the first delivery is DRAINING, the rollback a no-op."""
+    d = Driver()
+    child = agent("c")
+    d.run(
+        [
+            ChildIdReserved(eid(), sid("c"), ROOT),
+            DescriptorSnapshotted(eid(), sid("c")),
+            ChildPrepared(eid(), sid("c")),
+            ChildMaterialized(eid(), sid("c"), RunId("r"), child, frozenset({child, ROOT})),
+        ]
+    )
+    d(DrainRequested(eid(), WholeManager()))
+    assert phase(d, "c") is Phase.FLUSHING
+    followup = FollowupRequested(eid(), sid("c"), MessageId("m"), as_parent(ROOT))
+    assert rejected(d(followup)) is ErrorCode.DRAINING
+    before = d.state
+    assert d(StartRolledBack(eid(), sid("c"), handle_created=True)) == ()
+    assert d.state == before
+    d(FlushReported(eid(), sid("c"), FlushOutcome.OK))
+    assert d(StartRolledBack(eid(), sid("c"), handle_created=True)) == ()
+    assert phase(d, "c") is Phase.RELEASING
+
+
+def test_tear_13_err_7_rollback_of_a_disposing_owner_changes_nothing() -> None:
+    d = Driver()
+    d.run(
+        [
+            ChildIdReserved(eid(), sid("p"), ROOT),
+            DescriptorSnapshotted(eid(), sid("p")),
+            ChildPrepared(eid(), sid("p")),
+            ChildMaterialized(eid(), sid("p"), RunId("r"), agent("p"), frozenset({agent("p")})),
+        ]
+    )
+    d.start("c", agent("p"), lineage=[ROOT])
+    d(DrainRequested(eid(), WholeManager()))
+    assert phase(d, "p") is Phase.DISPOSING
+    assert d(StartRolledBack(eid(), sid("p"))) == ()
+    assert phase(d, "p") is Phase.DISPOSING
 
 
 def test_cont_10_materialization_publishes_and_refuses_when_closing() -> None:
@@ -699,8 +741,9 @@ def test_tear_1_disposal_is_memoized() -> None:
     d = Driver()
     d.start("c", ROOT)
     d(DrainRequested(eid(), SelectedChildren(live(ROOT), (sid("c"),))))
-    assert d(DrainRequested(eid(), SelectedChildren(live(ROOT), (sid("c"),)))) == ()
-    assert d(DrainRequested(eid(), WholeManager())) == ()
+    again = d(DrainRequested(eid(), SelectedChildren(live(ROOT), (sid("c"),))))
+    assert again == (AwaitBranches(again[0].cause, (sid("c"),)),)
+    assert kinds(d(DrainRequested(eid(), WholeManager()))) == [AwaitBranches]
 
 
 def test_tear_2_cancel_reaches_whole_subtree_before_any_release() -> None:
@@ -792,7 +835,9 @@ def test_tear_11_selected_drain_validates_all_before_any_disposal() -> None:
     assert rejected(d(DrainRequested(eid(), scope))) is ErrorCode.UNAUTHORIZED
     assert phase(d, "c") is Phase.RESIDENT
     ok = SelectedChildren(live(parent), (sid("c"), sid("c"), sid("absent")))
-    assert kinds(d(DrainRequested(eid(), ok))) == [CancelAgent, FlushSession]
+    effects = d(DrainRequested(eid(), ok))
+    assert kinds(effects) == [CancelAgent, FlushSession, AwaitBranches]
+    assert effects[-1] == AwaitBranches(effects[-1].cause, (sid("c"),))
     assert phase(d, "stranger") is Phase.RESIDENT
     assert not d.state.draining
 
@@ -849,8 +894,8 @@ def test_forest_view_reads_owned_sets_without_copying() -> None:
 
 
 def test_transition_tables_cover_phases_consistently() -> None:
-    assert set(REFUSALS) <= set(TRANSITIONS)
-    assert all(target is Phase.ABSENT for target in REFUSALS.values())
+    assert all(edge.target or edge.refused for edge in TRANSITIONS.values())
+    assert all(edge.handler for edge in TRANSITIONS.values() if edge.refused is not None)
     sources = {source for source, _ in TRANSITIONS} | {source for source, _ in STATE_TRIGGERED}
     assert sources == set(Phase)
 

@@ -1,11 +1,11 @@
-"""``manager_ops.descendants``: what a scoped drain covers, disposing Activations included."""
+"""``manager.ops.descendants``: what a scoped drain covers, disposing Activations included."""
 
 from __future__ import annotations
 
 from dsh_subagent.core.authority import AgentRef
-from dsh_subagent.core.manager_events import Phase
-from dsh_subagent.core.manager_ops import descendants
-from dsh_subagent.core.manager_state import Activation
+from dsh_subagent.core.manager.events import Phase
+from dsh_subagent.core.manager.ops import descendants
+from dsh_subagent.core.manager.state import Activation
 from dsh_subagent.core.pmap import PMap
 from dsh_subagent.core.values import SessionId
 

@@ -49,14 +49,18 @@ def test_cont_10_activation_chart_matches_core_tables() -> None:
     from dsh_subagent.core import manager
     from dsh_subagent.spec.charts import ActivationChart
 
-    core = {(s, e.__name__, t) for (s, e), t in manager.TRANSITIONS.items()}
-    core |= {(s, e.__name__, t) for (s, e), t in manager.REFUSALS.items()}
-    core |= {(s, name.replace(" ", "_"), t) for (s, name), t in manager.STATE_TRIGGERED.items()}
+    core = {
+        (s, e.__name__, target)
+        for (s, e), edge in manager.TRANSITIONS.items()
+        for target in (edge.target, edge.refused)
+        if target is not None
+    }
+    core |= {(s, trigger.value, t) for (s, trigger), t in manager.STATE_TRIGGERED.items()}
     assert edges(ActivationChart) == core
 
 
 def test_cont_5_activation_chart_guards_choose_the_refusal_edge() -> None:
-    from dsh_subagent.core.manager_events import Phase
+    from dsh_subagent.core.manager.events import Phase
     from dsh_subagent.spec.charts import ActivationChart
 
     chart = ActivationChart()

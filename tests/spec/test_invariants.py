@@ -6,7 +6,7 @@ import attrs
 
 from dsh_subagent.core.authority import AgentRef, ParentAuthority, Presented, UserAuthority
 from dsh_subagent.core.manager import ManagerState, apply
-from dsh_subagent.core.manager_effects import (
+from dsh_subagent.core.manager.effects import (
     DisposeHandle,
     EmitEnd,
     EmitStart,
@@ -14,7 +14,7 @@ from dsh_subagent.core.manager_effects import (
     ResumeAgent,
     SendNotice,
 )
-from dsh_subagent.core.manager_events import (
+from dsh_subagent.core.manager.events import (
     AgentBecameIdle,
     ChildIdReserved,
     ChildMaterialized,

@@ -23,9 +23,9 @@ Theory of operation
    torn down join that Activation's inbox, or the next single one.
 4. ``interrupt`` and ``report_from`` are synchronous single dispatches (CONT-23, CONT-30).
 5. Drains dispatch one drain event (the disposal cutoff, cancelling top-down in one step),
-   wait for in-flight materializations in their scope, then await the topmost covered
-   Activations and raise one aggregate ``ACTIVATION_TEARDOWN_FAILED`` if any branch failed
-   (TEAR-8, TEAR-11, TEAR-12, TEAR-13).
+   which hands back the targets to await (the core's ``AwaitBranches``), wait for in-flight
+   materializations in their scope, then await those targets and raise one aggregate
+   ``ACTIVATION_TEARDOWN_FAILED`` if any branch failed (TEAR-8, TEAR-11, TEAR-12, TEAR-13).
 6. ``persistence()`` is resolved on each operation that needs it (CONT-2).
 7. Every public call validates its arguments first, against the manager's ``Limits``
    (``core.limits``: child ids, content, the start spec), and works on the validated,
@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import attrs
@@ -81,8 +81,7 @@ from dsh_subagent.core.errors import SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_str
 from dsh_subagent.core.limits import DEFAULT_LIMITS, Limits, check_child_id, check_content
 from dsh_subagent.core.manager import activation_state_of
-from dsh_subagent.core.manager_effects import CancelAgent, Effect
-from dsh_subagent.core.manager_events import (
+from dsh_subagent.core.manager.events import (
     AgentDisposed,
     DescendantsOf,
     DrainRequested,
@@ -93,10 +92,7 @@ from dsh_subagent.core.manager_events import (
     SelectedChildren,
     WholeManager,
 )
-from dsh_subagent.core.manager_ops import descendants
-from dsh_subagent.core.manager_state import Forest
 from dsh_subagent.core.residency import ActivationState
-from dsh_subagent.core.teardown import forest_roots
 from dsh_subagent.core.values import (
     BaseSource,
     Content,
@@ -326,17 +322,15 @@ class ContinuationManager:
 
     async def drain(self) -> None:
         """Close admission for good and release every Activation child-first (TEAR-13)."""
-        self._dispatch_drain(WholeManager())
-        targets = self._topmost(forest_roots(Forest(self._engine.state.activations)))
+        targets = self._dispatch_drain(WholeManager())
         await self._barrier.wait(lambda _lineage: True)
         await await_branches(targets, "whole manager")
 
     async def drain_descendants(self, parents: Sequence[Agent]) -> None:
         """Release the live descendants of these exact live roots (TEAR-8, AUTH-11)."""
         presented = tuple(self._identities.presented(parent) for parent in parents)
-        self._dispatch_drain(DescendantsOf(presented))
+        targets = self._dispatch_drain(DescendantsOf(presented))
         roots = frozenset(each.agent for each in presented if each.is_exact_live)
-        targets = self._topmost(descendants(self._engine.state.activations, roots))
         await self._barrier.wait(lambda lineage: not roots.isdisjoint(lineage))
         await await_branches(targets, "scoped")
 
@@ -347,20 +341,12 @@ class ContinuationManager:
             for index, each in enumerate(ids)
         )
         presented = self._identities.presented(parent)
-        effects = self._dispatch_drain(SelectedChildren(presented, child_ids))
-        opened = [effect.child_id for effect in effects if isinstance(effect, CancelAgent)]
-        await await_branches(self._topmost([*opened, *child_ids]), "selected")
+        await await_branches(
+            self._dispatch_drain(SelectedChildren(presented, child_ids)), "selected"
+        )
 
-    def _dispatch_drain(self, scope: DrainScope) -> tuple[Effect, ...]:
-        return self._engine.dispatch(DrainRequested(self._engine.event_id(), scope))
-
-    def _topmost(self, covered: Iterable[SessionId]) -> list[asyncio.Future[SubagentError | None]]:
-        """Release futures of the covered Activations no other covered one owns."""
-        children = self._engine.children
-        nodes = dict.fromkeys(node for node in covered if node in children)
-        records = self._engine.state.activations
-        owned = {child for node in nodes for child in records[node].owned}
-        return [children[node].released for node in nodes if node not in owned]
+    def _dispatch_drain(self, scope: DrainScope) -> list[asyncio.Future[SubagentError | None]]:
+        return self._engine.drain(DrainRequested(self._engine.event_id(), scope))
 
     # ------------------------------------------------------------------ harness events
 

@@ -71,7 +71,7 @@ from dsh_subagent.core.descriptor import (
     snapshot_descriptor,
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError
-from dsh_subagent.core.manager_events import (
+from dsh_subagent.core.manager.events import (
     ChildIdReserved,
     ChildMaterialized,
     ChildPrepared,

@@ -3,14 +3,18 @@
 Theory of operation
 -------------------
 1. ``Engine.dispatch(event)`` applies one event to ``core.manager.apply``, stores the new
-   state first, then performs the effects in order, synchronously (HARNESS-32). A ``Reject``
-   is raised only after every other effect of the same event ran (a refused materialization
-   still disposes its handle). Harness notifications raised while effects run (inbox
-   claimed/discarded, status) re-enter ``dispatch``; they build on the stored state.
-2. The engine decides nothing: residency, routing, ownership, notice routes and texts,
+   state first, then performs the effects in order, synchronously (HARNESS-32); the match
+   over effects is exhaustive. A ``Reject`` is raised only after every other effect of the
+   same event ran (a refused materialization still disposes its handle). Harness
+   notifications raised while effects run (inbox claimed/discarded, status) re-enter
+   ``dispatch``; they build on the stored state.
+2. The effects that need the requester's awaiting are handed back as ``dispatch``'s result:
+   a routing pass answers ``Routed`` (delivered, resume, await the release; CONT-14), a
+   drain answers its ``AwaitBranches`` (TEAR-12).
+3. The engine decides nothing: residency, routing, ownership, notice routes and texts,
    durability reports and teardown order are the core's. The engine holds only what the core
    cannot: agent handles, epoch boundaries, pending messages, release futures, failures.
-3. Teardown runs as tasks started by effects: ``FlushSession`` awaits the child's idle and
+4. Teardown runs as tasks started by effects: ``FlushSession`` awaits the child's idle and
    the final flush and reports ``FlushReported`` (a False or raising flush is a durability
    report, DESIGN decision 1); ``DisposeHandle`` after a flush captures the epoch facts
    (EVT-10, EVT-11) while the child is registered, disposes the handle and reports
@@ -18,7 +22,7 @@ Theory of operation
    that release on, so one task serves a child's whole teardown. A ``DisposeHandle`` from a
    rollback only disposes (TEAR-7). The release future of a child resolves with its combined
    teardown failure (or None) when its end edge is performed.
-4. Notices and reports never stall teardown: a failing notice send is logged and dropped
+5. Notices and reports never stall teardown: a failing notice send is logged and dropped
    (NOTICE-14); a failing accounted send withdraws its id (RES-2).
 """
 
@@ -29,7 +33,7 @@ import enum
 import itertools
 import logging
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import TypeAlias, assert_never
 
 import attrs
 
@@ -53,25 +57,27 @@ from dsh_subagent.core.lifecycle import (
     end_info_for,
 )
 from dsh_subagent.core.manager import ManagerState, apply
-from dsh_subagent.core.manager_effects import (
+from dsh_subagent.core.manager.effects import (
+    AwaitBranches,
     AwaitRelease,
     CancelAgent,
     DeliverReport,
     DisposeHandle,
-    Effect,
     EmitEnd,
     EmitStart,
     FlushSession,
     Reject,
     ReleaseOwnership,
     ReportDurabilityFailed,
+    ResumeAgent,
     SendNotice,
     SubmitFollowup,
 )
-from dsh_subagent.core.manager_events import (
+from dsh_subagent.core.manager.events import (
     AgentBecameBusy,
     AgentBecameIdle,
     DisposalFinished,
+    DrainRequested,
     Event,
     FlushReported,
     FollowupRequested,
@@ -102,10 +108,15 @@ Emit = Callable[[str, LifecycleInfo], None]
 
 
 class Routed(enum.Enum):
-    """A routing pass that did not deliver: what the requester does next (CONT-14)."""
+    """A routing pass's outcome: delivered, or what the requester does next (CONT-14)."""
 
+    DELIVERED = "delivered"
     RESUME = "resume"
     AWAIT_RELEASE = "await-release"
+
+
+Handback: TypeAlias = Routed | AwaitBranches | None
+"""What ``dispatch`` hands back to the requester: a routing outcome, a drain's targets."""
 
 
 @attrs.define(eq=False)
@@ -161,18 +172,49 @@ class Engine:
     def message_id(self) -> MessageId:
         return MessageId(self._ids())
 
-    def dispatch(self, event: Event) -> tuple[Effect, ...]:
+    def dispatch(self, event: Event) -> Handback:
         """Apply ``event``, perform its effects in order, then raise its refusal, if any."""
         self.state, effects = apply(self.state, event)
         refusal: Reject | None = None
+        handback: Handback = None
         for effect in effects:
-            if isinstance(effect, Reject):
-                refusal = refusal or effect
-            else:
-                self._perform(effect, event)
+            match effect:
+                case Reject():
+                    refusal = refusal or effect
+                case SubmitFollowup():
+                    self._submit_followup(effect)
+                    handback = Routed.DELIVERED
+                case ResumeAgent():
+                    handback = Routed.RESUME
+                case AwaitRelease():
+                    handback = Routed.AWAIT_RELEASE
+                case AwaitBranches():
+                    handback = effect
+                case EmitStart():
+                    self._publish(effect)
+                case CancelAgent(child_id=child_id, kind=kind, keep_inbox=keep):
+                    self.children[child_id].handle.agent.cancel(CancelCause(kind), keep_inbox=keep)
+                case FlushSession(child_id=child_id):
+                    self._spawn(self._flush(self.children[child_id]))
+                case ReportDurabilityFailed(report=report):
+                    _log.warning("%s: %s", report.code.value, report.message)
+                case DisposeHandle(child_id=child_id):
+                    self._dispose(child_id, after_flush=isinstance(event, FlushReported))
+                case SendNotice():
+                    self._send_notice(effect)
+                case ReleaseOwnership(child_id=child_id, owner=owner):
+                    failure = self.children[child_id].released_failure()
+                    if failure is not None and owner is not None and owner in self.children:
+                        self.children[owner].child_failures.append(failure)
+                case EmitEnd():
+                    self._finish(effect)
+                case DeliverReport():
+                    self._deliver_report(effect)
+                case _:
+                    assert_never(effect)
         if refusal is not None:
             raise SubagentError(refusal.code, refusal.reason)
-        return effects
+        return handback
 
     def submit(
         self,
@@ -189,46 +231,29 @@ class Engine:
         self.outbox[message.id] = message
         try:
             event = FollowupRequested(self.event_id(), child_id, message.id, authority())
-            effects = self.dispatch(event)
+            routed = self.dispatch(event)
         finally:
             self.outbox.pop(message.id, None)
-        if any(isinstance(effect, SubmitFollowup) for effect in effects):
+        assert isinstance(routed, Routed)
+        if routed is Routed.DELIVERED:
             self.dispatch(MessageAccepted(self.event_id(), child_id, message.id))
             return message.id
-        waits = any(isinstance(effect, AwaitRelease) for effect in effects)
-        return Routed.AWAIT_RELEASE if waits else Routed.RESUME
+        return routed
 
-    def _perform(self, effect: Effect, event: Event) -> None:
-        match effect:
-            case SubmitFollowup(child_id=child_id, message_id=message_id):
-                agent = self.children[child_id].handle.agent
-                self._send_accounted(
-                    child_id, message_id, lambda: agent.followup(self._take(message_id))
-                )
-            case EmitStart():
-                self._publish(effect)
-            case CancelAgent(child_id=child_id, kind=kind, keep_inbox=keep):
-                self.children[child_id].handle.agent.cancel(CancelCause(kind), keep_inbox=keep)
-            case FlushSession(child_id=child_id):
-                self._spawn(self._flush(self.children[child_id]))
-            case ReportDurabilityFailed(report=report):
-                _log.warning("%s: %s", report.code.value, report.message)
-            case DisposeHandle(child_id=child_id):
-                self._dispose(child_id, after_flush=isinstance(event, FlushReported))
-            case SendNotice():
-                self._send_notice(effect)
-            case ReleaseOwnership(child_id=child_id, owner=owner):
-                failure = self.children[child_id].released_failure()
-                if failure is not None and owner is not None and owner in self.children:
-                    self.children[owner].child_failures.append(failure)
-            case EmitEnd():
-                self._finish(effect)
-            case DeliverReport():
-                self._deliver_report(effect)
-            case _:
-                pass  # ResumeAgent, AwaitRelease: the requesting caller carries them out
+    def drain(self, event: DrainRequested) -> list[asyncio.Future[SubagentError | None]]:
+        """Dispatch a drain; return the release futures of the targets it hands back."""
+        branches = self.dispatch(event)
+        assert isinstance(branches, AwaitBranches)
+        return [self.children[child_id].released for child_id in branches.child_ids]
 
     # ------------------------------------------------------------------ sends
+
+    def _submit_followup(self, effect: SubmitFollowup) -> None:
+        agent = self.children[effect.child_id].handle.agent
+        message_id = effect.message_id
+        self._send_accounted(
+            effect.child_id, message_id, lambda: agent.followup(self._take(message_id))
+        )
 
     def _take(self, message_id: MessageId) -> UserMessage:
         return self.outbox.pop(message_id)
@@ -368,9 +393,10 @@ class Engine:
                 live.child_id,
                 exc_info=True,
             )
-        effects = self.dispatch(FlushReported(self.event_id(), live.child_id, outcome))
-        if any(isinstance(effect, DisposeHandle) for effect in effects):
-            await self._release(live)  # carried on in this task: no second task per child
+        # The core answers with ``DisposeHandle``; this task carries the release on, so a
+        # child's teardown never needs a second task.
+        self.dispatch(FlushReported(self.event_id(), live.child_id, outcome))
+        await self._release(live)
 
     def _dispose(self, child_id: SessionId, *, after_flush: bool) -> None:
         if after_flush:
@@ -422,4 +448,4 @@ def new_release() -> asyncio.Future[SubagentError | None]:
     return asyncio.get_running_loop().create_future()
 
 
-__all__ = ["Emit", "Engine", "LifecycleInfo", "LiveChild", "Routed", "new_release"]
+__all__ = ["Emit", "Engine", "Handback", "LifecycleInfo", "LiveChild", "Routed", "new_release"]

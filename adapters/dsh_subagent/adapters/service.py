@@ -111,7 +111,7 @@ from dsh_subagent.core.lifecycle import (
 )
 from dsh_subagent.core.limits import DEFAULT_LIMITS, Limits
 from dsh_subagent.core.listing import DescendantRow, ListingRow
-from dsh_subagent.core.manager_events import ReportDelivery
+from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.oneshot_observer import (
     EmitRunEnd,
     EmitRunStart,

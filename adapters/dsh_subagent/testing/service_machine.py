@@ -66,7 +66,7 @@ from dsh_subagent.adapters.service import LifecyclePayload
 from dsh_subagent.adapters.signals import AbortController, AbortSignal
 from dsh_subagent.core.errors import SubagentError
 from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
-from dsh_subagent.core.manager_events import ReportDelivery
+from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.values import (
     CoordinatorSource,
     MessageId,

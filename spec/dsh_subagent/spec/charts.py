@@ -23,7 +23,7 @@ from statemachine.states import States
 from statemachine.transition_list import TransitionList
 
 from dsh_subagent.core.jobs import ABSENT, JobStatus
-from dsh_subagent.core.manager_events import Phase
+from dsh_subagent.core.manager.events import Phase
 from dsh_subagent.core.oneshot import RunPhase
 from dsh_subagent.core.oneshot_observer import RunObservation
 from dsh_subagent.core.residency import AgentStatus, Residency, ResidencyFacts
@@ -186,12 +186,14 @@ class ActivationChart(StateChart[object]):
     )
     # Failure before the first acceptance: unpublished records vanish silently; a published
     # one goes through ordinary disposal, closing its event pair without a notice (CONT-9).
+    # A drain that opened the disposal first leaves nothing for the rollback (TEAR-13, ERR-7).
     StartRolledBack = (
         _.RESERVED.to(_.ABSENT)
         | _.SNAPSHOTTED.to(_.ABSENT)
         | _.PREPARED.to(_.ABSENT)
         | _.RESUMING.to(_.ABSENT)
         | _.MATERIALIZED.to(_.DISPOSING)
+        | _self_loops(_.DISPOSING, _.FLUSHING, _.RELEASING)
     )
     # Routing never changes the phase: enqueue, wake, cold-resume or wait for release.
     FollowupRequested = _self_loops(

@@ -26,7 +26,7 @@ from dsh_subagent.core.authority import ParentAuthority, UserAuthority
 from dsh_subagent.core.errors import SubagentError
 from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
 from dsh_subagent.core.manager import ManagerState, residency_of
-from dsh_subagent.core.manager_effects import (
+from dsh_subagent.core.manager.effects import (
     DisposeHandle,
     Effect,
     EmitEnd,
@@ -36,7 +36,7 @@ from dsh_subagent.core.manager_effects import (
     SendNotice,
     SubmitFollowup,
 )
-from dsh_subagent.core.manager_events import LIVE, Event, FollowupRequested, Phase
+from dsh_subagent.core.manager.events import LIVE, Event, FollowupRequested, Phase
 from dsh_subagent.core.residency import Residency
 from dsh_subagent.core.values import MessageId, SessionId
 from dsh_subagent.spec.inbox import ledger_of

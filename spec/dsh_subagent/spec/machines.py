@@ -30,8 +30,8 @@ from dsh_subagent.core.authority import (
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.manager import ManagerState, apply
-from dsh_subagent.core.manager_effects import Reject
-from dsh_subagent.core.manager_events import (
+from dsh_subagent.core.manager.effects import Reject
+from dsh_subagent.core.manager.events import (
     AgentBecameBusy,
     AgentBecameIdle,
     AgentDisposed,
@@ -56,6 +56,7 @@ from dsh_subagent.core.manager_events import (
     ReportRequested,
     SelectedChildren,
     StartRolledBack,
+    Trigger,
     WholeManager,
 )
 from dsh_subagent.core.notices import EpochOutcome
@@ -65,7 +66,7 @@ from dsh_subagent.spec.charts import ActivationChart, edges
 from dsh_subagent.spec.invariants import TraceStep, check_state, check_trace
 
 CHART_EDGES = edges(ActivationChart)
-TRIGGERED = ("settled", "disposal_opened", "children_released")
+TRIGGERED = frozenset(trigger.value for trigger in Trigger)
 ROOT = AgentRef(SessionId("root"), 1)
 CHILD_NAMES = [SessionId(n) for n in ("a", "b", "c", "d")]
 MESSAGES = st.sampled_from(["m1", "m2", "m3"]).map(MessageId)

@@ -27,7 +27,7 @@ from dsh_subagent.adapters.signals import AbortSignal, Scope, Unsubscribe
 from dsh_subagent.adapters.tools.control import DRAINING_TEXT
 from dsh_subagent.adapters.tools.schemas import Wording, guarded, parameters, translate
 from dsh_subagent.core.errors import ErrorCode, invalid
-from dsh_subagent.core.manager_events import ReportDelivery
+from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.values import JsonObject, TextBlock
 
 REPORT_SECTION: Final = "tool:report"

@@ -68,6 +68,18 @@ class AwaitRelease:
 
 
 @attrs.frozen
+class AwaitBranches:
+    """A drain's targets: await these Activations' releases, then aggregate (TEAR-12).
+
+    They are the top-most live Activations the drain covers; their releases include every
+    covered one below them.
+    """
+
+    cause: EventId
+    child_ids: tuple[SessionId, ...]
+
+
+@attrs.frozen
 class EmitStart:
     """Publish the epoch's ``subagent/start`` edge (CONT-10 step 8)."""
 
@@ -161,6 +173,7 @@ Effect: TypeAlias = (
     | SubmitFollowup
     | ResumeAgent
     | AwaitRelease
+    | AwaitBranches
     | EmitStart
     | EmitEnd
     | CancelAgent

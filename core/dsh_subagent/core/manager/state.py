@@ -13,6 +13,8 @@ Theory of operation
 4. ``open_disposal`` is memoized by phase (TEAR-1): it cancels the live subtree top-down in
    one step (TEAR-2 step 4, TEAR-3); ``flush_if_released`` moves a disposing record to its
    flush once every owned child has been released (TEAR-2 steps 5-7).
+5. These derivations change a phase only along ``STATE_TRIGGERED``, the table of
+   state-triggered edges; the event edges are ``manager.TRANSITIONS``, applied by ``apply``.
 """
 
 from __future__ import annotations
@@ -24,16 +26,17 @@ import attrs
 
 from dsh_subagent.core.authority import AgentRef
 from dsh_subagent.core.errors import ErrorCode
-from dsh_subagent.core.manager_effects import (
+from dsh_subagent.core.manager.effects import (
     CancelAgent,
     Effect,
     FlushSession,
     Reject,
 )
-from dsh_subagent.core.manager_events import (
+from dsh_subagent.core.manager.events import (
     LIVE,
     UNPUBLISHED,
     Phase,
+    Trigger,
 )
 from dsh_subagent.core.pmap import PMap
 from dsh_subagent.core.residency import (
@@ -50,7 +53,11 @@ from dsh_subagent.core.values import CancelKind, EventId, MessageId, RunId, Sess
 
 @attrs.frozen
 class Activation:
-    """One child's process-local record (RES-8); ``phase`` ABSENT is never stored."""
+    """One child's process-local record (RES-8).
+
+    ``phase`` ABSENT is never stored in a state: a handler's blank record for an absent child
+    gets its phase from the table in the same ``apply`` call.
+    """
 
     child_id: SessionId
     phase: Phase
@@ -87,7 +94,23 @@ class ManagerState:
     draining: bool = False
 
 
+_P = Phase
+# WARNING: these edges are written out one by one; keep them in sync with the derivations
+# below and with ``spec.charts.ActivationChart`` (``tests/spec/test_charts.py`` compares).
+STATE_TRIGGERED: Final[Mapping[tuple[Phase, Trigger], Phase]] = {
+    (_P.RESIDENT, Trigger.SETTLED): _P.DISPOSING,
+    (_P.MATERIALIZED, Trigger.DISPOSAL_OPENED): _P.DISPOSING,
+    (_P.RESIDENT, Trigger.DISPOSAL_OPENED): _P.DISPOSING,
+    (_P.DISPOSING, Trigger.CHILDREN_RELEASED): _P.FLUSHING,
+}
+"""Edges taken by derivation inside an event (settlement, drain or cascade, release).
+
+They chain within one step: a record that owns no live child passes DISPOSING and lands in
+FLUSHING in the same ``apply`` call.
+"""
+
 OPENABLE: Final = frozenset({Phase.MATERIALIZED, Phase.RESIDENT})
+"""The phases in which disposal can still be opened (the sources of DISPOSAL_OPENED)."""
 
 
 class Forest(Mapping[SessionId, PMap[SessionId, bool]]):
@@ -165,31 +188,47 @@ class Step:
 def settle_if_quiet(step: Step, record: Activation) -> None:
     """The settlement decision and the disposal cutoff, in one step (RES-5, RES-6)."""
     if record.phase is Phase.RESIDENT and residency(record.facts()) is Residency.SETTLED:
-        open_disposal(step, (record.child_id,))
+        open_disposal(step, (record.child_id,), Trigger.SETTLED)
 
 
-def open_disposal(step: Step, roots: Iterable[SessionId]) -> None:
+def open_disposal(
+    step: Step, roots: Iterable[SessionId], trigger: Trigger = Trigger.DISPOSAL_OPENED
+) -> None:
     """Open disposal on ``roots`` and their live subtrees: cancel top-down now (TEAR-1..3).
 
-    Every cancel precedes every flush; a node owning nothing flushes at once, leaves first.
+    ``trigger`` names the roots' edge (settlement or an opening); the subtree below is always
+    ``DISPOSAL_OPENED``. Every cancel precedes every flush; a node owning nothing flushes at
+    once, leaves first.
     """
+    roots = tuple(roots)
+    firsts = frozenset(roots)
     flushing: list[SessionId] = []
     for node in plan_teardown(Forest(step.records), roots).cancel_order:
         record = step.records[node]
-        if record.phase in OPENABLE:
-            released = not record.owned
-            step.put(attrs.evolve(record, phase=Phase.FLUSHING if released else Phase.DISPOSING))
-            step.effects.append(CancelAgent(step.cause, node, CancelKind.PARENT, keep_inbox=False))
-            if released:
-                flushing.append(node)
+        edge = trigger if node in firsts else Trigger.DISPOSAL_OPENED
+        target = STATE_TRIGGERED.get((record.phase, edge))
+        if target is None:
+            continue  # already disposing: memoized by phase (TEAR-1)
+        record = step.put(attrs.evolve(record, phase=target))
+        step.effects.append(CancelAgent(step.cause, node, CancelKind.PARENT, keep_inbox=False))
+        if _released(step, record):
+            flushing.append(node)
     step.effects.extend(FlushSession(step.cause, node) for node in reversed(flushing))
 
 
 def flush_if_released(step: Step, record: Activation) -> None:
     """Once every owned child is released, quiesce and flush (TEAR-2 steps 5-7)."""
-    if record.phase is Phase.DISPOSING and not record.owned:
-        step.put(attrs.evolve(record, phase=Phase.FLUSHING))
+    if _released(step, record):
         step.effects.append(FlushSession(step.cause, record.child_id))
+
+
+def _released(step: Step, record: Activation) -> bool:
+    """Take the CHILDREN_RELEASED edge if it applies; the caller emits the flush."""
+    target = STATE_TRIGGERED.get((record.phase, Trigger.CHILDREN_RELEASED))
+    if target is None or record.owned:
+        return False
+    step.put(attrs.evolve(record, phase=target))
+    return True
 
 
 def activation_state_of(state: ManagerState, child_id: SessionId) -> ActivationState | None:

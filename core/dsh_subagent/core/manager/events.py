@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 1. Events are past-tense facts the adapter observed or was asked; each carries an
-   ``event_id``. The effects they produce live in ``manager_effects``.
+   ``event_id``. The effects they produce live in ``manager.effects``.
 2. Per-child events name a ``child_id`` and move that child's Activation through ``Phase``;
    manager-wide events (interrupt, report, drain, agent disposed) do not change a phase
    directly. Ids, run ids, message ids and identity tokens are all supplied by events.
@@ -12,6 +12,8 @@ Theory of operation
    (published) -> RESIDENT (first accepted delivery); a cold resume enters at RESUMING.
    Teardown moves DISPOSING (cutoff) -> FLUSHING (children released) -> RELEASING (flush
    reported) -> ABSENT (handle disposed).
+4. ``Trigger`` names the derivations that move a phase inside another event (settlement,
+   disposal opened, children released); ``manager.state.STATE_TRIGGERED`` maps them.
 """
 
 from __future__ import annotations
@@ -56,6 +58,14 @@ class Phase(enum.Enum):
 UNPUBLISHED: Final = frozenset({Phase.RESERVED, Phase.SNAPSHOTTED, Phase.PREPARED, Phase.RESUMING})
 DISPOSAL_OPEN: Final = frozenset({Phase.DISPOSING, Phase.FLUSHING, Phase.RELEASING})
 LIVE: Final = frozenset({Phase.MATERIALIZED, Phase.RESIDENT}) | DISPOSAL_OPEN
+
+
+class Trigger(enum.Enum):
+    """A state-triggered edge: a derivation that moves a phase inside another event."""
+
+    SETTLED = "settled"
+    DISPOSAL_OPENED = "disposal_opened"
+    CHILDREN_RELEASED = "children_released"
 
 
 class ReportDelivery(enum.Enum):

@@ -12,11 +12,15 @@ Theory of operation
    the top-most Activations below them; a selected drain validates every target before any
    is opened and never closes admission. Targets are opened in sorted order, so effects are
    reproducible whatever the hash seed.
+4. A drain ends with ``AwaitBranches``: the top-most live Activations it covers (a live root
+   of the forest, a descendant no other covered one owns, a selected child), whose releases
+   the caller awaits (TEAR-12). The adapter never recomputes them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import assert_never
 
 import attrs
 
@@ -31,8 +35,8 @@ from dsh_subagent.core.authority import (
     live_roots,
 )
 from dsh_subagent.core.errors import ErrorCode
-from dsh_subagent.core.manager_effects import CancelAgent, DeliverReport
-from dsh_subagent.core.manager_events import (
+from dsh_subagent.core.manager.effects import AwaitBranches, CancelAgent, DeliverReport
+from dsh_subagent.core.manager.events import (
     DISPOSAL_OPEN,
     LIVE,
     DescendantsOf,
@@ -43,7 +47,7 @@ from dsh_subagent.core.manager_events import (
     SelectedChildren,
     WholeManager,
 )
-from dsh_subagent.core.manager_state import OPENABLE, Activation, Forest, Step, open_disposal
+from dsh_subagent.core.manager.state import OPENABLE, Activation, Forest, Step, open_disposal
 from dsh_subagent.core.notices import NoticeRoute
 from dsh_subagent.core.residency import admit
 from dsh_subagent.core.teardown import forest_roots
@@ -110,27 +114,37 @@ def descendants(
 def drain(step: Step, event: DrainRequested) -> None:
     """Open disposal on a drain's targets in one step, top-down (TEAR-8, TEAR-11, TEAR-13)."""
     scope = event.scope
-    if isinstance(scope, WholeManager):
-        step.draining = True
-        targets = tuple(sorted(forest_roots(Forest(step.records))))
-    elif isinstance(scope, DescendantsOf):
-        roots = frozenset(live_roots(scope.roots))
-        step.closing_roots = step.closing_roots | roots
-        below = descendants(step.records, roots)
-        chosen = {child_id for child_id in below if step.records[child_id].phase in OPENABLE}
-        owners = {child_id: step.records[child_id].parent_session for child_id in chosen}
-        targets = tuple(sorted(child for child in chosen if owners[child] not in chosen))
-    else:
-        assert isinstance(scope, SelectedChildren)
-        targets = tuple(dict.fromkeys(scope.child_ids))
-        facts = []
-        for child_id in targets:
-            record = step.live(child_id)
-            facts.append(
-                None if record is None else TargetFacts(record.parent_session, record.lineage)
-            )
-        decision = authorize_drain_children(scope.parent, facts)
-        if isinstance(decision, Denied):
-            step.reject(decision.code, decision.reason)
-            return
+    match scope:
+        case WholeManager():
+            step.draining = True
+            targets = covered = tuple(sorted(forest_roots(Forest(step.records))))
+        case DescendantsOf():
+            roots = frozenset(live_roots(scope.roots))
+            step.closing_roots = step.closing_roots | roots
+            covered = tuple(sorted(descendants(step.records, roots)))
+            chosen = {child for child in covered if step.records[child].phase in OPENABLE}
+            owners = {child: step.records[child].parent_session for child in chosen}
+            targets = tuple(sorted(child for child in chosen if owners[child] not in chosen))
+        case SelectedChildren():
+            targets = covered = tuple(dict.fromkeys(scope.child_ids))
+            facts = []
+            for child_id in targets:
+                record = step.live(child_id)
+                facts.append(
+                    None if record is None else TargetFacts(record.parent_session, record.lineage)
+                )
+            decision = authorize_drain_children(scope.parent, facts)
+            if isinstance(decision, Denied):
+                step.reject(decision.code, decision.reason)
+                return
+        case _:  # pragma: no cover - the union is closed (``assert_never``)
+            assert_never(scope)
     open_disposal(step, targets)
+    step.effects.append(AwaitBranches(step.cause, _topmost(step, covered)))
+
+
+def _topmost(step: Step, covered: tuple[SessionId, ...]) -> tuple[SessionId, ...]:
+    """The live covered Activations that no other covered one owns, in ``covered`` order."""
+    live = [node for node in covered if step.live(node) is not None]
+    owned = {child for node in live for child in step.records[node].owned}
+    return tuple(node for node in live if node not in owned)
