@@ -120,3 +120,37 @@ def test_tear_13_err_7_a_drain_during_publication_refuses_the_start_as_draining(
         await harness.close()
 
     asyncio.run(main())
+
+
+def test_tear_13_err_7_a_selected_drain_during_publication_refuses_the_start_as_closing(
+    tmp_path: Path,
+) -> None:
+    """A ``subagent/start`` listener drains that one child: ACTIVATION_CLOSING, not an assert."""
+    model = DemoModel()
+    drains: list[asyncio.Future[None]] = []
+
+    def model_for(_session: LiveSession, _options: AgentOptions) -> DemoModel:
+        return model
+
+    async def main() -> None:
+        harness = await ReferenceHarness.open(model_for, db=tmp_path / "h.db")
+        service = harness.service
+        parent = await harness.create_agent("parent")
+        service.on(
+            "subagent/start",
+            lambda _info: drains.append(
+                start_eagerly(service.drain_continuable_children(parent, [SessionId("child")]))
+            ),
+        )
+        spec = ContinuableStartSpec(
+            "spawn", "c", parent, (TextBlock("work"),), child_id=SessionId("child")
+        )
+        with pytest.raises(SubagentError) as raised:
+            await service.start_continuable(spec)
+        assert raised.value.code is ErrorCode.ACTIVATION_CLOSING
+        assert raised.value.field == "child_id"
+        await drains[0]
+        assert harness.registry.get(SessionId("child")) is None
+        await harness.close()
+
+    asyncio.run(main())

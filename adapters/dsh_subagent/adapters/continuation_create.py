@@ -381,12 +381,21 @@ class Creator:
         authority: ParentAgent | UserGrant,
         signal: AbortSignal,
     ) -> MessageId:
-        """The first delivery to a materialized child: accepted or raised, never routed."""
+        """The first delivery to a materialized child: accepted or raised, never routed.
+
+        A selected drain that opened the child's disposal before this delivery (e.g. from a
+        ``subagent/start`` listener) leaves nothing to deliver to: the start fails
+        ``ACTIVATION_CLOSING`` and the drain tears the child down (TEAR-13, ERR-7)."""
         signal.throw_if_aborted()
         routed = self._engine.submit(
             child_id, content, source, lambda: self._identities.followup_authority(authority)
         )
-        assert not isinstance(routed, Routed)
+        if isinstance(routed, Routed):
+            raise SubagentError(
+                ErrorCode.ACTIVATION_CLOSING,
+                f"{child_id} was closed by a drain before its prompt was accepted",
+                field="child_id",
+            )
         return routed
 
     async def _roll_back(self, child_id: SessionId) -> None:

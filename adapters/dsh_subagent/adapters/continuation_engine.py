@@ -324,7 +324,7 @@ class Engine:
             self.dispatch(MessageDiscarded(self.event_id(), cid, note.message.id))
 
         def on_status(_note: StatusNotification) -> None:
-            busy = agent.status.value == AgentStatus.RUNNING.value
+            busy = agent.status is AgentStatus.RUNNING
             kind = AgentBecameBusy if busy else AgentBecameIdle
             self.dispatch(kind(self.event_id(), cid))
 
@@ -424,7 +424,7 @@ class Engine:
             boundaries.add(Boundary.HANDLE)
         parent = None if live.parent_session is None else self.agents.get(live.parent_session)
         status = AgentStatus.IDLE
-        if parent is not None and parent.status.value == AgentStatus.RUNNING.value:
+        if parent is not None and parent.status is AgentStatus.RUNNING:
             status = AgentStatus.RUNNING
         self.dispatch(
             DisposalFinished(
