@@ -219,6 +219,11 @@ class StepEntering:
     step: int
 
 
+_MESSAGE_SENT: Final = {
+    (target, wakeup): activity.MessageSent(target, wakeup)
+    for target in InboxTarget
+    for wakeup in (False, True)
+}
 _MAINTENANCE_REQUESTED: Final = activity.MaintenanceRequested()
 _MAINTENANCE_FINISHED: Final = activity.MaintenanceFinished()
 _DRIVER_FINISHED: Final = activity.DriverFinished()
@@ -354,7 +359,7 @@ class ReferenceAgent:
             raise invalid("message", "must be a UserMessage")
         if not isinstance(target, InboxTarget):
             raise invalid("target", "must be an InboxTarget")
-        self._dispatch(activity.MessageSent(target, bool(wakeup)), message)
+        self._dispatch(_MESSAGE_SENT[target, bool(wakeup)], message)
 
     def followup(self, message: UserMessage) -> None:
         self.send(message, InboxTarget.NEXT_TURN, True)

@@ -23,8 +23,6 @@ import attrs
 
 from dsh_subagent.adapters.signals import AbortSignal, Emitter, Scope, Unsubscribe
 from dsh_subagent.core.residency import AgentStatus as AgentStatus  # noqa: PLC0414 (re-export)
-from dsh_subagent.core.values import CancelCause as CancelCause  # noqa: PLC0414 (re-export)
-from dsh_subagent.core.values import InboxTarget as InboxTarget  # noqa: PLC0414 (re-export)
 from dsh_subagent.core.values import (
     AgentOptions,
     Content,
@@ -36,6 +34,8 @@ from dsh_subagent.core.values import (
     SessionId,
     UserMessage,
 )
+from dsh_subagent.core.values import CancelCause as CancelCause  # noqa: PLC0414 (re-export)
+from dsh_subagent.core.values import InboxTarget as InboxTarget  # noqa: PLC0414 (re-export)
 
 T = TypeVar("T")
 PromptLine = tuple[str, int, str]

@@ -2,8 +2,8 @@
 
 Values, errors and transition functions only: no asyncio, clocks, randomness or IO. Ids and
 times arrive as event fields. The machines live in their own modules
-(``dsh_subagent.core.manager``, ``.oneshot``, ``.inbox``); this package exports the value
-vocabulary and the error type. See ``docs/spec.md`` for the rules each module implements.
+(``dsh_subagent.core.manager``, ``.oneshot``, ``.inbox``, ``.activity``); this package exports
+the value vocabulary and the error type. See ``docs/spec.md`` for the rules each module implements.
 """
 
 from dsh_subagent.core.errors import ErrorCode, SubagentError
