@@ -259,6 +259,31 @@ def test_harness_3_latched_wake_cleared_by_cancel_does_not_replay() -> None:
     run(main)
 
 
+def test_harness_3_latched_replay_sees_what_the_idle_listeners_did() -> None:
+    """The replay checks for pending work after ``agent/status idle`` is delivered: a listener
+    that disposes the agent on idle (as the seam does on settlement) leaves nothing to replay."""
+
+    async def main() -> None:
+        gate = Gate()
+        agent, model = make_agent([Gated(gate, reply("never")), reply("unused")])
+        rec = Recorder(agent)
+        agent.followup(msg("first"))
+        await gate.reached()
+        agent.cancel(USER, keep_inbox=True)
+        late = msg("late")
+        agent.followup(late)  # redirected and latched
+        agent.status_changed.subscribe(
+            lambda n: agent.cancel(DISPOSED) if n.status is AgentStatus.IDLE else None
+        )
+        await agent.when_idle()
+        assert rec.of("status") == ["running", "idle"]
+        assert rec.of("discarded") == [late.id]
+        assert len(turn_ends(agent)) == 1
+        assert model.remaining == 1
+
+    run(main)
+
+
 def test_harness_3_disposed_cancel_never_latches() -> None:
     async def main() -> None:
         gate = Gate()
@@ -680,6 +705,28 @@ def test_harness_9_empty_first_claim_completes_without_model_call() -> None:
         assert model.requests == []
         assert "step/start" not in types(agent)
         assert rec.of("discarded") == [message.id]
+
+    run(main)
+
+
+def test_harness_9_empty_first_claim_completes_even_when_the_pre_step_enters() -> None:
+    async def main() -> None:
+        seen: list[tuple[int, int]] = []
+
+        async def allow(
+            claimed: tuple[UserMessage, ...], turn: int, step: int, signal: AbortSignal
+        ) -> bool:
+            seen.append((turn, step))
+            return True
+
+        agent, model = make_agent([reply("unused")], pre_step=allow)
+        message = msg("x")
+        agent.followup(message)
+        assert agent.remove(message.id)
+        await agent.when_idle()
+        assert seen == [(1, 1)]
+        assert turn_ends(agent) == [{"turn": 1, "reason": "completed"}]
+        assert model.requests == []
 
     run(main)
 

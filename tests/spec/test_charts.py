@@ -79,3 +79,24 @@ def test_bg_31_job_chart_matches_core_table() -> None:
     chart = JobChart()
     with pytest.raises(TransitionNotAllowed):
         chart.send("JobCompleted")
+
+
+def test_harness_3_agent_activity_chart_matches_core_table() -> None:
+    from dsh_subagent.core import activity
+    from dsh_subagent.spec.charts import AgentActivityChart
+
+    core = {(s, e.__name__, t) for (s, e), t in activity.TRANSITIONS.items()}
+    assert edges(AgentActivityChart) == core
+
+
+def test_harness_8_agent_activity_chart_is_strict() -> None:
+    from dsh_subagent.core.activity import ActivityPhase
+    from dsh_subagent.spec.charts import AgentActivityChart
+
+    chart = AgentActivityChart()
+    chart.send("MaintenanceRequested")
+    with pytest.raises(TransitionNotAllowed):
+        chart.send("MaintenanceRequested")
+    with pytest.raises(TransitionNotAllowed):
+        chart.send("DriverFinished")
+    assert chart.current_state_value is ActivityPhase.MAINTENANCE

@@ -31,7 +31,6 @@ from dsh_subagent.core.residency import AgentStatus as AgentStatus  # noqa: PLC0
 from dsh_subagent.core.values import (
     USER_SOURCE,
     AgentOptions,
-    CancelKind,
     Content,
     JsonObject,
     JsonValue,
@@ -43,6 +42,8 @@ from dsh_subagent.core.values import (
     SessionId,
     UserMessage,
 )
+from dsh_subagent.core.values import CancelCause as CancelCause  # noqa: PLC0414 (re-export)
+from dsh_subagent.core.values import InboxTarget as InboxTarget  # noqa: PLC0414 (re-export)
 
 T = TypeVar("T")
 PromptLine = tuple[str, int, str]
@@ -51,26 +52,11 @@ PromptLine = tuple[str, int, str]
 # --------------------------------------------------------------------------- shared values
 
 
-class InboxTarget(enum.Enum):
-    """The two ordered inbox lists (HARNESS-10)."""
-
-    NEXT_TURN = "next-turn"
-    NEXT_STEP = "next-step"
-
-
 class SessionStartSource(enum.Enum):
     """Why ``agent/session-start`` fired (HARNESS-16/17)."""
 
     STARTUP = "startup"
     RESUME = "resume"
-
-
-@attrs.frozen
-class CancelCause:
-    """An agent cancel cause (HARNESS-6); ``reason`` only for ``hook`` causes."""
-
-    kind: CancelKind
-    reason: str | None = None
 
 
 @attrs.frozen

@@ -2,8 +2,9 @@
 
 Values, errors and transition functions only: no asyncio, clocks, randomness or IO. Ids and
 times arrive as event fields. The machines live in their own modules
-(``dsh_subagent.core.manager``, ``.oneshot``); this package exports the value
-vocabulary and the error type. See ``docs/spec.md`` for the rules each module implements.
+(``dsh_subagent.core.manager``, ``.oneshot``, ``.activity``, ``.jobs``); this package exports
+the value vocabulary and the error type. See ``docs/spec.md`` for the rules each module
+implements.
 """
 
 from dsh_subagent.core.errors import ErrorCode, SubagentError

@@ -238,6 +238,21 @@ class CancelKind(enum.Enum):
     DISPOSED = "disposed"
 
 
+@attrs.frozen
+class CancelCause:
+    """An agent cancel cause (HARNESS-6); ``reason`` only for ``hook`` causes."""
+
+    kind: CancelKind
+    reason: str | None = None
+
+
+class InboxTarget(enum.Enum):
+    """The two ordered inbox lists (HARNESS-10)."""
+
+    NEXT_TURN = "next-turn"
+    NEXT_STEP = "next-step"
+
+
 # --------------------------------------------------------------------------- requests
 
 

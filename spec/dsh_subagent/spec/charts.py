@@ -22,6 +22,7 @@ from statemachine import State, StateChart
 from statemachine.states import States
 from statemachine.transition_list import TransitionList
 
+from dsh_subagent.core.activity import ActivityPhase
 from dsh_subagent.core.jobs import ABSENT, JobStatus
 from dsh_subagent.core.manager.events import Phase
 from dsh_subagent.core.oneshot import RunPhase
@@ -329,6 +330,34 @@ class JobChart(StateChart[object]):
     OwnerReleased = _.COMPLETED.to(absent) | _.KILLED.to(absent) | _.FAILED.to(absent)
 
 
+class AgentActivityChart(StateChart[object]):
+    """One agent's activity: idle, maintenance or a running driver, and the wake latch.
+
+    Rules: HARNESS-2, HARNESS-3, HARNESS-5, HARNESS-8, HARNESS-9. The latch and the abort
+    cause are data within a phase: every send, wake and cancel keeps the phase, except a wake
+    from idle, which starts a driver.
+    """
+
+    allow_event_without_transition = False
+    catch_errors_as_events = False
+
+    _ = States.from_enum(ActivityPhase, initial=ActivityPhase.IDLE)
+
+    # A send is classified (redirect after an abort) and inserted in any phase (HARNESS-3).
+    MessageSent = _self_loops(_.IDLE, _.MAINTENANCE, _.RUNNING)
+    # Idle starts a driver; maintenance or an aborted activity latches; a live driver claims.
+    WakeRequested = _.IDLE.to(_.RUNNING) | _.MAINTENANCE.to.itself() | _.RUNNING.to.itself()
+    # Cancel clears (unless keep_inbox) and aborts an activity; idle arms nothing (HARNESS-5).
+    CancelRequested = _self_loops(_.IDLE, _.MAINTENANCE, _.RUNNING)
+    InboxCleared = _self_loops(_.MAINTENANCE, _.RUNNING)
+    # Maintenance only from true idle; status stays idle throughout (HARNESS-8).
+    MaintenanceRequested = _.IDLE.to(_.MAINTENANCE)
+    MaintenanceFinished = _.MAINTENANCE.to(_.IDLE)
+    # Pending work starts another turn with a fresh signal; the driver's end replays a latch.
+    TurnEnded = _.RUNNING.to.itself()
+    DriverFinished = _.RUNNING.to(_.IDLE)
+
+
 CHARTS: dict[str, type[StateChart[object]]] = {
     "one-shot-run": OneShotRunChart,
     "run-observation": RunObservationChart,
@@ -336,5 +365,6 @@ CHARTS: dict[str, type[StateChart[object]]] = {
     "activation": ActivationChart,
     "residency": ResidencyChart,
     "job": JobChart,
+    "agent-activity": AgentActivityChart,
 }
 """Every chart, by the file stem its diagram is written under."""

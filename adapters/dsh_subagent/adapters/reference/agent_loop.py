@@ -7,15 +7,14 @@ Theory of operation
    ``core.wire``), then applied, then notified synchronously: ``discarded`` for cancelled
    removals, ``inserted`` for insertions; claims notify ``claimed`` with their turn
    (HARNESS-10/11). On construction the inbox replays the splices of the own suffix.
-2. The phase is idle, maintenance or running; status is ``running`` only while a driver runs,
-   and each status change emits ``agent/status`` (HARNESS-2).
-3. ``send`` classifies a waking send into an aborted activity before inserting (it goes to
-   ``next-turn``), splices, then wakes: idle starts a driver; maintenance, or an aborted
-   activity not cancelled as ``disposed``, latches the wake; a live driver claims the work
-   itself (HARNESS-3). A latched wake replays when the activity ends, only if work is pending.
-4. ``cancel`` clears the inbox (next-step first) and the latch unless ``keep_inbox``, then
-   aborts the current activity; the first cause wins; with no activity it arms nothing
-   (HARNESS-5). All of ``send``/``cancel`` and their helpers are synchronous (HARNESS-32).
+2. The activity (idle, maintenance or a running driver), the abort cause and the wake latch
+   are the pure ``core.activity`` machine (HARNESS-2/3/5/8). The agent only reports what
+   happened (``send``, ``cancel``, a turn's or task's end) and performs the effects: splice,
+   clear, start a driver or a maintenance activity, abort, emit ``agent/status``. It decides
+   nothing about the activity itself; ``_perform`` matches every effect.
+3. Each activity has its own abort controller and completion future (``when_idle``); a new
+   turn of the same driver gets a fresh controller (``NextTurn``).
+4. All of ``send``/``cancel`` and their helpers are synchronous (HARNESS-32).
 5. A driver runs turns while input is pending. A turn appends ``turn/start``; its first step
    claims all next-step input plus one next-turn item, later steps only next-step input; an
    empty first claim ends ``completed`` without a model call; the pre-step hook may end it
@@ -35,9 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TypeVar
-
-import attrs
+from typing import Final, TypeVar, assert_never
 
 from dsh_subagent.adapters.protocols import (
     AgentStatus,
@@ -60,7 +57,23 @@ from dsh_subagent.adapters.signals import (
     abortable,
     race_abort,
 )
-from dsh_subagent.core import wire
+from dsh_subagent.core import activity, wire
+from dsh_subagent.core.activity import (
+    AbortActivity,
+    ActivityEffect,
+    ActivityEvent,
+    ActivityPhase,
+    ClearInbox,
+    EmitStatus,
+    FinishCancel,
+    InsertMessage,
+    NextTurn,
+    PrepareDriver,
+    ReplayWake,
+    StartDriver,
+    StartMaintenance,
+    Wake,
+)
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_int
 from dsh_subagent.core.values import (
@@ -74,7 +87,6 @@ from dsh_subagent.core.values import (
     TURN_START,
     USER_MESSAGE,
     AgentOptions,
-    CancelKind,
     DataBlock,
     JsonValue,
     MessageId,
@@ -188,24 +200,16 @@ class _Inbox:
             self.splice(target, 0, len(self._lists[target]), canceled=True)
 
 
-@attrs.define
-class _Idle:
-    last_turn: int
-
-
-@attrs.define
-class _Maintenance:
-    abort: AbortController
-    last_turn: int
-    wake_requested: bool = False
-
-
-@attrs.define
-class _Running:
-    abort: AbortController
-    turn: int
-    step: int = 0
-    wake_requested: bool = False
+_MESSAGE_SENT: Final = {
+    (target, wakeup): activity.MessageSent(target, wakeup)
+    for target in InboxTarget
+    for wakeup in (False, True)
+}
+_MAINTENANCE_REQUESTED: Final = activity.MaintenanceRequested()
+_MAINTENANCE_FINISHED: Final = activity.MaintenanceFinished()
+_DRIVER_FINISHED: Final = activity.DriverFinished()
+_WAKE_REQUESTED: Final = {after: activity.WakeRequested(after) for after in (False, True)}
+_TURN_ENDED: Final = {pending: activity.TurnEnded(pending) for pending in (False, True)}
 
 
 def _last_turn(session: Session) -> int:
@@ -246,7 +250,9 @@ class ReferenceAgent:
         self.status_changed: Emitter[StatusNotification] = Emitter("agent/status")
         self.step_entering: Emitter[StepEntering] = Emitter("agent/step-entering")
         self._inbox = _Inbox(session, self._notify)
-        self._phase: _Idle | _Maintenance | _Running = _Idle(_last_turn(session))
+        self._state = activity.ActivityState()
+        self._turn_number = _last_turn(session)
+        self._abort: AbortController | None = None  # the current activity's (or the last one's)
         self._activity: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -256,12 +262,11 @@ class ReferenceAgent:
 
     @property
     def status(self) -> AgentStatus:
-        running = isinstance(self._phase, _Running)
-        return AgentStatus.RUNNING if running else AgentStatus.IDLE
+        return self._state.status
 
     @property
     def in_maintenance(self) -> bool:
-        return isinstance(self._phase, _Maintenance)
+        return self._state.phase is ActivityPhase.MAINTENANCE
 
     @property
     def next_turn(self) -> tuple[UserMessage, ...]:
@@ -278,11 +283,54 @@ class ReferenceAgent:
         emitter = {"inserted": self.inserted, "claimed": self.claimed}.get(kind, self.discarded)
         emitter.emit(InboxNotification(self.id, message, turn))
 
-    def _set_phase(self, phase: _Idle | _Maintenance | _Running) -> None:
-        before = self.status
-        self._phase = phase
-        if self.status is not before:
-            self.status_changed.emit(StatusNotification(self.id, self.status))
+    def _dispatch(
+        self, event: ActivityEvent, message: UserMessage | None = None
+    ) -> tuple[ActivityEffect, ...]:
+        """Apply ``event``, store the state, then perform each effect in order."""
+        self._state, effects = activity.apply(self._state, event)
+        for effect in effects:
+            self._perform(effect, message)
+        return effects
+
+    def _perform(self, effect: ActivityEffect, message: UserMessage | None) -> None:
+        match effect:
+            case PrepareDriver():
+                asyncio.get_running_loop()  # a driver needs a loop: fail before any side effect
+            case InsertMessage(target=target):
+                assert message is not None  # only a send inserts
+                end = len(self._inbox.pending(target))
+                self._inbox.splice(target, end, 0, [message], canceled=False)
+            case Wake(after_abort=after_abort):
+                self._dispatch(_WAKE_REQUESTED[after_abort])
+            case StartDriver():
+                done = self._begin_activity()
+                task = asyncio.get_running_loop().create_task(self._drive(done))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            case StartMaintenance():
+                self._begin_activity()
+            case EmitStatus(status=status):
+                self.status_changed.emit(StatusNotification(self.id, status))
+            case ClearInbox():
+                self._inbox.clear()
+            case FinishCancel(cause=cause):
+                self._dispatch(activity.InboxCleared(cause))
+            case AbortActivity(cause=cause):
+                assert self._abort is not None  # only an activity is aborted
+                self._abort.abort(cause)
+            case NextTurn():
+                self._abort = AbortController()
+            case ReplayWake():
+                if self._inbox.has_pending:
+                    self._dispatch(_WAKE_REQUESTED[False])
+            case _:
+                assert_never(effect)
+
+    def _begin_activity(self) -> asyncio.Future[None]:
+        self._abort = AbortController()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._activity = done
+        return done
 
     # ------------------------------------------------------------------ synchronous surface
 
@@ -292,15 +340,7 @@ class ReferenceAgent:
             raise invalid("message", "must be a UserMessage")
         if not isinstance(target, InboxTarget):
             raise invalid("target", "must be an InboxTarget")
-        phase = self._phase
-        if wakeup and isinstance(phase, _Idle):
-            asyncio.get_running_loop()  # a driver needs a loop: fail before any side effect
-        after_abort = wakeup and not isinstance(phase, _Idle) and phase.abort.signal.aborted
-        resolved = InboxTarget.NEXT_TURN if after_abort else target
-        current = self._inbox.pending(resolved)
-        self._inbox.splice(resolved, len(current), 0, [message], canceled=False)
-        if wakeup:
-            self._wake(after_abort)
+        self._dispatch(_MESSAGE_SENT[target, bool(wakeup)], message)
 
     def followup(self, message: UserMessage) -> None:
         self.send(message, InboxTarget.NEXT_TURN, True)
@@ -324,35 +364,10 @@ class ReferenceAgent:
         """Clear (unless keep_inbox) and abort the current activity (HARNESS-5)."""
         if not isinstance(cause, CancelCause):
             raise invalid("cause", "must be a CancelCause")
-        phase = self._phase
-        if not keep_inbox:
-            self._inbox.clear()
-            if not isinstance(phase, _Idle):
-                phase.wake_requested = False
-        if not isinstance(phase, _Idle):
-            phase.abort.abort(cause)
+        self._dispatch(activity.CancelRequested(cause, bool(keep_inbox)))
 
-    def _wake(self, after_abort: bool = False) -> None:
-        phase = self._phase
-        if not isinstance(phase, _Idle):
-            reason = phase.abort.signal.reason
-            disposed = isinstance(reason, CancelCause) and reason.kind is CancelKind.DISPOSED
-            if not disposed and (isinstance(phase, _Maintenance) or after_abort):
-                phase.wake_requested = True
-            return
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        self._activity = done
-        running = _Running(AbortController(), turn=phase.last_turn)
-        self._set_phase(running)
-        task = loop.create_task(self._drive(running, done))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _converge(self, wake_requested: bool, phase: _Idle, done: asyncio.Future[None]) -> None:
-        self._set_phase(phase)
-        if wake_requested and self._inbox.has_pending:
-            self._wake()
+    def _converge(self, finished: ActivityEvent, done: asyncio.Future[None]) -> None:
+        self._dispatch(finished)
         done.set_result(None)
 
     async def when_idle(self) -> None:
@@ -386,48 +401,53 @@ class ReferenceAgent:
 
     def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> asyncio.Task[T]:
         """Run ``task`` from true idle; status stays idle; wakes latch (HARNESS-8)."""
-        phase = self._phase
-        if not isinstance(phase, _Idle):
-            raise SubagentError(ErrorCode.ILLEGAL_TRANSITION, f"agent {self.id!r} is busy")
-        loop = asyncio.get_running_loop()
-        maintenance = _Maintenance(AbortController(), phase.last_turn)
-        done: asyncio.Future[None] = loop.create_future()
-        self._activity = done
-        self._set_phase(maintenance)
+        try:
+            state, effects = activity.apply(self._state, _MAINTENANCE_REQUESTED)
+        except SubagentError as exc:
+            raise SubagentError(exc.code, f"agent {self.id!r} is busy", field=exc.field) from exc
+        loop = asyncio.get_running_loop()  # the task needs a loop: fail before any change
+        self._state = state
+        for effect in effects:
+            self._perform(effect, None)
+        done, abort = self._activity, self._abort  # StartMaintenance began the activity
+        assert done is not None
+        assert abort is not None
 
         async def run() -> T:
             try:
-                return await task(maintenance.abort.signal)
+                return await task(abort.signal)
             finally:
-                idle = _Idle(maintenance.last_turn)
-                self._converge(maintenance.wake_requested, idle, done)
+                self._converge(_MAINTENANCE_FINISHED, done)
 
         return loop.create_task(run())
 
     # ------------------------------------------------------------------ driver
 
-    async def _drive(self, running: _Running, done: asyncio.Future[None]) -> None:
+    async def _drive(self, done: asyncio.Future[None]) -> None:
         try:
-            while await self._turn(running):
+            while await self._turn():
                 pass
         except Exception:
             _log.debug("agent %s: driver stopped", self.id, exc_info=True)
         finally:
-            self._converge(running.wake_requested, _Idle(running.turn), done)
+            self._converge(_DRIVER_FINISHED, done)
 
-    async def _turn(self, running: _Running) -> bool:
-        signal = running.abort.signal
+    async def _turn(self) -> bool:
+        """Run one turn; True when the core starts another (``NextTurn``)."""
+        assert self._abort is not None  # StartDriver began the activity
+        signal = self._abort.signal
         signal.throw_if_aborted()
-        turn = running.turn + 1
+        turn = self._turn_number + 1
         self.session.append(TURN_START, wire.turn_start_data(turn))
-        running.turn = turn
+        self._turn_number = turn
         ends: TurnEndReason | None = None
         end_data: Mapping[str, JsonValue] | None = None
         first = True
+        steps = 0  # entered so far
         try:
             while True:
                 signal.throw_if_aborted()
-                step = running.step + 1
+                step = steps + 1
                 claimed = self._inbox.claim(first, turn)
                 if self._pre_step is not None:
                     entered = await race_abort(self._pre_step(claimed, turn, step, signal), signal)
@@ -435,12 +455,12 @@ class ReferenceAgent:
                     if not entered:
                         ends = TurnEndReason.BLOCKED
                         return False
-                if running.step == 0 and not claimed:
+                if steps == 0 and not claimed:
                     ends = TurnEndReason.COMPLETED
                     return False
                 self.step_entering.emit_vetoable(StepEntering(self.id, turn, step))
                 self.session.append(STEP_START, {})
-                running.step = step
+                steps = step
                 try:
                     for message in claimed:
                         self.session.append(USER_MESSAGE, wire.user_message_data(message))
@@ -467,12 +487,8 @@ class ReferenceAgent:
             if end_data is None:
                 end_data = wire.turn_end_data(turn, ends or TurnEndReason.COMPLETED)
             self.session.append(TURN_END, end_data)
-        if not self._inbox.has_pending:
-            return False
-        running.abort = AbortController()
-        running.wake_requested = False
-        running.step = 0
-        return True
+        effects = self._dispatch(_TURN_ENDED[self._inbox.has_pending])
+        return any(isinstance(effect, NextTurn) for effect in effects)
 
     async def _step(self, turn: int, step: int, signal: AbortSignal) -> TurnEndReason | None:
         request = ModelRequest(
