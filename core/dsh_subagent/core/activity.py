@@ -39,7 +39,7 @@ from typing import Final, TypeAlias, assert_never
 
 import attrs
 
-from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.errors import ErrorCode, SubagentError, not_accepted
 from dsh_subagent.core.residency import AgentStatus
 from dsh_subagent.core.values import CancelCause, CancelKind, InboxTarget
 
@@ -353,11 +353,7 @@ def apply(state: ActivityState, event: ActivityEvent) -> Step:
     """  # noqa: E501
     target = TRANSITIONS.get((state.phase, type(event)))
     if target is None:
-        raise SubagentError(
-            ErrorCode.ILLEGAL_TRANSITION,
-            f"{type(event).__name__} is not accepted in phase {state.phase.value}",
-            field="event",
-        )
+        raise not_accepted(event, state.phase.value)
     match event:
         case MessageSent():
             return _send(state, event)

@@ -100,3 +100,12 @@ class SubagentError(Exception):
 def invalid(field: str, message: str) -> SubagentError:
     """Shorthand for an ``INVALID_ARGUMENT`` error naming ``field``."""
     return SubagentError(ErrorCode.INVALID_ARGUMENT, f"{field}: {message}", field=field)
+
+
+def not_accepted(event: object, phase: str) -> SubagentError:
+    """The ``ILLEGAL_TRANSITION`` a machine raises for an event its phase does not accept."""
+    return SubagentError(
+        ErrorCode.ILLEGAL_TRANSITION,
+        f"{type(event).__name__} is not accepted in phase {phase}",
+        field="event",
+    )

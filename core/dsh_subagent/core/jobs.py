@@ -36,7 +36,7 @@ from typing import Final, Literal, TypeAlias, assert_never
 
 import attrs
 
-from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
+from dsh_subagent.core.errors import invalid, not_accepted
 from dsh_subagent.core.notices import CompletionDelivery, NoticeRoute, route_job_notice
 from dsh_subagent.core.pmap import PMap
 from dsh_subagent.core.values import EventId, SessionId
@@ -423,11 +423,7 @@ TRANSITIONS: Final[Mapping[tuple[JobPhase, type[JobEvent]], JobPhase]] = {
 def _target(job: JobState, event: JobEvent) -> JobPhase:
     target = TRANSITIONS.get((job.status, type(event)))
     if target is None:
-        raise SubagentError(
-            ErrorCode.ILLEGAL_TRANSITION,
-            f"{type(event).__name__} is not accepted in phase {job.status.value}",
-            field="event",
-        )
+        raise not_accepted(event, job.status.value)
     return target
 
 

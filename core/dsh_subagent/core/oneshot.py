@@ -38,7 +38,7 @@ from typing import Final, TypeAlias, assert_never
 
 import attrs
 
-from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.errors import not_accepted
 from dsh_subagent.core.values import EventId, SubagentResult
 
 
@@ -306,11 +306,7 @@ def apply(state: OneShotRun, event: RunEvent) -> tuple[OneShotRun, tuple[RunEffe
     raises: SubagentError
     """
     if (state.phase, type(event)) not in TRANSITIONS:
-        raise SubagentError(
-            ErrorCode.ILLEGAL_TRANSITION,
-            f"{type(event).__name__} is not accepted in phase {state.phase.value}",
-            field="event",
-        )
+        raise not_accepted(event, state.phase.value)
     match event:
         case ChildPublished():
             return _publish(state, event)

@@ -43,7 +43,7 @@ from dsh_subagent.core.authority import (
     authorize_followup,
     precheck_followup,
 )
-from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
+from dsh_subagent.core.errors import ErrorCode, invalid, not_accepted
 from dsh_subagent.core.manager.effects import (
     AwaitRelease,
     DisposeHandle,
@@ -473,11 +473,7 @@ def _child_event(step: Step, event: ChildEvent) -> None:
     phase = Phase.ABSENT if record is None else record.phase
     edge = TRANSITIONS.get((phase, type(event)))
     if edge is None:
-        raise SubagentError(
-            ErrorCode.ILLEGAL_TRANSITION,
-            f"{type(event).__name__} is not accepted in phase {phase.value}",
-            field="event",
-        )
+        raise not_accepted(event, phase.value)
     blank = Activation(event.child_id, Phase.ABSENT, None) if record is None else record
     outcome = Outcome.DONE if edge.handler is None else edge.handler(step, blank, event)
     target = edge.target if outcome is Outcome.DONE else edge.refused
