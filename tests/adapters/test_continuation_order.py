@@ -11,7 +11,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from dsh_subagent.adapters.continuation_types import ContinuableStartSpec
+from dsh_subagent.adapters.continuation_types import ContinuableStartSpec, ParentAgent
+from dsh_subagent.adapters.providers.base import ContinuableCreateRequest, ContinuableCreateSpec
 from dsh_subagent.adapters.signals import AbortController
 from dsh_subagent.core import wire
 from dsh_subagent.core.lifecycle import SUBAGENT_START, RunStartInfo
@@ -119,5 +120,36 @@ def test_cont_20_a_followup_aborted_while_queued_is_skipped_and_the_order_kept()
         await world.settle()
         assert await user_texts(world) == ["first", "m0", "m2"]
         assert [info.child_id for info in starts] == [C, C]
+
+    run(main)
+
+
+def test_cont_14_a_followup_during_the_start_joins_after_the_prompt() -> None:
+    """A follow-up issued while the start awaits its provider waits for the start's acceptance
+    and is delivered right after the prompt: never an internal transition error."""
+
+    async def main() -> None:
+        world = ToolsWorld()
+        latch = Latch()
+        prepare = world.spawn.prepare_continuable
+
+        async def slow_prepare(request: ContinuableCreateRequest) -> ContinuableCreateSpec:
+            await latch.hold()
+            return await prepare(request)
+
+        world.spawn.prepare_continuable = slow_prepare  # type: ignore[method-assign]
+        parent = await world.parent()
+        spec = ContinuableStartSpec("spawn", "worker", parent, text("first"), child_id=C)
+        start = asyncio.ensure_future(world.service.start_continuable(spec))
+        await latch.reached.wait()
+        followup = asyncio.ensure_future(
+            world.service.followup(C, text("second"), ParentAgent(parent))
+        )
+        await yield_once()
+        latch.open()
+        await start
+        await followup
+        await world.settle()
+        assert await user_texts(world) == ["first", "second"]
 
     run(main)

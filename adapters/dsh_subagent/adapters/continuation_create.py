@@ -154,7 +154,10 @@ class Creator:
         self._engine.dispatch(reserved)
         async with self._barrier.in_flight(lineage):
             try:
-                return await self._start_reserved(spec, child_id)
+                # The per-child lock is held from reservation to acceptance, so a follow-up
+                # issued meanwhile waits and joins after the prompt (CONT-14, RES-6).
+                async with self._locks.locked(child_id):
+                    return await self._start_reserved(spec, child_id)
             except BaseException:
                 await self._roll_back(child_id)
                 raise
@@ -187,41 +190,37 @@ class Creator:
         )
         signal.throw_if_aborted()
         self._engine.dispatch(ChildPrepared(self._engine.event_id(), child_id))
-        async with self._locks.locked(child_id):
+        self._check_unused(child_id)
+        if spec.child_id is not None:
+            snapshots = await race_abort(persistence.list_snapshots(), signal)
             signal.throw_if_aborted()
+            if any(snapshot.header.id == child_id for snapshot in snapshots):
+                raise SubagentError(ErrorCode.DUPLICATE_CHILD, f"{child_id} is already persisted")
             self._check_unused(child_id)
-            if spec.child_id is not None:
-                snapshots = await race_abort(persistence.list_snapshots(), signal)
-                signal.throw_if_aborted()
-                if any(snapshot.header.id == child_id for snapshot in snapshots):
-                    raise SubagentError(
-                        ErrorCode.DUPLICATE_CHILD, f"{child_id} is already persisted"
-                    )
-                self._check_unused(child_id)
-            prefix = prepared.seed
-            seed = _seed_with_descriptor(prefix, descriptor_to_payload(descriptor), epoch_ms())
-            header = parent.session.header
-            options = CreateOptions(
-                session_id=child_id,
-                meta=SessionMeta(
-                    cwd=header.cwd,
-                    parent_session=parent.id,
-                    seed_length=len(prefix) if prefix else None,
-                    origin=Origin.SUBAGENT,
-                    delegation_depth=depth,
-                    agent_preset=header.agent_preset,
-                ),
-                seed=seed,
-                agent_options=child_agent_options(parent.options, spec.agent_options, depth),
-                signal=signal,
-                setup=self._setup,
-                configure=self._configure_fresh(parent, policy, spec.persona, spec.tool_filter),
-            )
-            await self._materialize(
-                child_id, parent, signal, lambda: self._agents.create(options), descriptor
-            )
-            accepted = self._submit(child_id, spec.prompt, USER_SOURCE, ParentAgent(parent), signal)
-            return ContinuableStart(child_id, accepted)
+        prefix = prepared.seed
+        seed = _seed_with_descriptor(prefix, descriptor_to_payload(descriptor), epoch_ms())
+        header = parent.session.header
+        options = CreateOptions(
+            session_id=child_id,
+            meta=SessionMeta(
+                cwd=header.cwd,
+                parent_session=parent.id,
+                seed_length=len(prefix) if prefix else None,
+                origin=Origin.SUBAGENT,
+                delegation_depth=depth,
+                agent_preset=header.agent_preset,
+            ),
+            seed=seed,
+            agent_options=child_agent_options(parent.options, spec.agent_options, depth),
+            signal=signal,
+            setup=self._setup,
+            configure=self._configure_fresh(parent, policy, spec.persona, spec.tool_filter),
+        )
+        await self._materialize(
+            child_id, parent, signal, lambda: self._agents.create(options), descriptor
+        )
+        accepted = self._submit(child_id, spec.prompt, USER_SOURCE, ParentAgent(parent), signal)
+        return ContinuableStart(child_id, accepted)
 
     def _continuable_provider(self, name: str) -> ContinuableProvider:
         provider = self._services.providers(name)
