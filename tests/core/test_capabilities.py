@@ -208,3 +208,15 @@ def test_one_2_well_formed_request_passes_validation() -> None:
 def test_one_2_tool_filter_is_detached_into_tuples() -> None:
     checked = validate_tool_filter(ToolFilter(allow=["a", "b"]))  # type: ignore[arg-type]
     assert checked == ToolFilter(allow=("a", "b"))
+
+
+def test_one_2_admission_runs_the_schema_check_after_the_depth_domain() -> None:
+    seen: list[object] = []
+    admit_start_request(full_request(), ALL, check_schema=seen.append)
+    assert seen == [SCHEMA]
+    with pytest.raises(SubagentError) as caught:
+        admit_start_request(
+            request(max_depth=-1, output_schema=SCHEMA), ALL, check_schema=seen.append
+        )
+    assert caught.value.field == "request.max_depth"
+    assert seen == [SCHEMA]  # the depth domain is refused before the schema is looked at

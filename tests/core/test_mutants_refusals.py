@@ -87,7 +87,7 @@ def test_cap_5_output_schema_refusals() -> None:
 def test_cap_4_continuable_capability_refusal() -> None:
     assert _said(check_continuable_capability, "p", can_prepare=False) == (
         ErrorCode.UNSUPPORTED_CAPABILITY,
-        "continuable",
+        "provider",
         "provider 'p' cannot prepare continuable children",
     )
     check_continuable_capability("p", can_prepare=True)

@@ -63,6 +63,7 @@ from dsh_subagent.adapters.providers.in_process import child_agent_options
 from dsh_subagent.adapters.setup_registry import ContinuableSetupRegistry
 from dsh_subagent.adapters.signals import AbortController, AbortSignal, Scope, race_abort
 from dsh_subagent.core.authority import Denied, authorize_followup
+from dsh_subagent.core.capabilities import check_continuable_capability
 from dsh_subagent.core.depth import child_depth, delegation_depth_of
 from dsh_subagent.core.descriptor import (
     descriptor_to_payload,
@@ -226,12 +227,7 @@ class Creator:
         provider = self._services.providers(name)
         if provider is None:
             raise SubagentError(ErrorCode.NO_PROVIDER, f"no provider named {name!r}")
-        if not can_prepare_continuable(provider):
-            raise SubagentError(
-                ErrorCode.UNSUPPORTED_CAPABILITY,
-                f"provider {name!r} cannot prepare continuable children",
-                field="provider",
-            )
+        check_continuable_capability(name, can_prepare=can_prepare_continuable(provider))
         return cast(ContinuableProvider, provider)
 
     def _configure_fresh(

@@ -94,8 +94,8 @@ from dsh_subagent.adapters.schema import check_output_schema
 from dsh_subagent.adapters.setup_registry import ContinuableSetupRegistry, SetupContribution
 from dsh_subagent.adapters.signals import AbortSignal, Unsubscribe
 from dsh_subagent.core import oneshot_observer
-from dsh_subagent.core.capabilities import check_capabilities, validate_start_request
-from dsh_subagent.core.depth import delegation_depth_of, validate_max_depth
+from dsh_subagent.core.capabilities import admit_start_request
+from dsh_subagent.core.depth import delegation_depth_of
 from dsh_subagent.core.descriptor import one_shot_descriptor
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_str
@@ -183,11 +183,12 @@ def resolve_start_request(
         persona=request.persona,
         agent_options=request.agent_options,
     )
-    check_capabilities(core, provider.capabilities)
-    validate_max_depth(core.max_depth)
-    if core.output_schema is not None:
-        check_output_schema(core.output_schema, limits=limits)
-    validate_start_request(core, limits)
+    admit_start_request(
+        core,
+        provider.capabilities,
+        limits,
+        check_schema=lambda schema: check_output_schema(schema, limits=limits),
+    )
     depth = delegation_depth_of(header, parent.options)
     core = attrs.evolve(
         core,

@@ -24,7 +24,7 @@ Theory of operation
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from dsh_subagent.core.depth import validate_depth, validate_max_depth
@@ -40,6 +40,7 @@ from dsh_subagent.core.limits import (
 from dsh_subagent.core.values import (
     AgentOptions,
     Content,
+    JsonObject,
     SubagentCapabilities,
     SubagentStartRequest,
     ToolFilter,
@@ -91,7 +92,7 @@ def check_continuable_capability(provider: str, *, can_prepare: bool) -> None:
         raise SubagentError(
             ErrorCode.UNSUPPORTED_CAPABILITY,
             f"provider {provider!r} cannot prepare continuable children",
-            field="continuable",
+            field="provider",
         )
 
 
@@ -219,13 +220,22 @@ def validate_start_request(request: SubagentStartRequest, limits: Limits = DEFAU
 
 
 def admit_start_request(
-    request: SubagentStartRequest, caps: SubagentCapabilities, limits: Limits = DEFAULT_LIMITS
+    request: SubagentStartRequest,
+    caps: SubagentCapabilities,
+    limits: Limits = DEFAULT_LIMITS,
+    check_schema: Callable[[JsonObject], object] | None = None,
 ) -> None:
-    """The one-shot start's pure pre-checks: capabilities first, then validation (CAP-4).
+    """The one-shot start's admission in the order of ONE-2: capabilities (CAP-4), the
+    ``max_depth`` domain, the output schema (``check_schema`` is the adapter's JSON Schema
+    check, run once the pure shape check passed), then every other field.
 
     raises: SubagentError
     """
     check_capabilities(request, caps)
+    validate_max_depth(request.max_depth)
+    if request.output_schema is not None and check_schema is not None:
+        validate_output_schema(request.output_schema, limits=limits)
+        check_schema(request.output_schema)
     validate_start_request(request, limits)
 
 
