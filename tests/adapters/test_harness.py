@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Coroutine, Generator
 from pathlib import Path
 from typing import Any
@@ -12,10 +13,11 @@ import pytest
 from dsh_subagent.adapters.continuation_types import ContinuableStartSpec
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.adapters.reference.session import LiveSession
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.cli.demo import DemoModel
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.lifecycle import RunEndInfo
-from dsh_subagent.core.values import AgentOptions, SessionId, TextBlock
+from dsh_subagent.core.values import AgentOptions, SessionEvent, SessionId, TextBlock
 
 
 def test_tear_16_close_drains_children_before_disposing_their_parent(tmp_path: Path) -> None:
@@ -152,5 +154,70 @@ def test_tear_13_err_7_a_selected_drain_during_publication_refuses_the_start_as_
         await drains[0]
         assert harness.registry.get(SessionId("child")) is None
         await harness.close()
+
+    asyncio.run(main())
+
+
+def sqlite_threads() -> set[threading.Thread]:
+    return {thread for thread in threading.enumerate() if thread.name.startswith("dsh-sqlite")}
+
+
+def test_tear_16_issue_19_close_after_a_refused_flush_still_finishes_and_reports_once(
+    tmp_path: Path,
+) -> None:
+    """A refused flush fails ``close`` once, after every agent and the store are closed."""
+    disposed: list[str] = []
+
+    async def main() -> None:
+        before = sqlite_threads()
+        harness = await ReferenceHarness.open(lambda _s, _o: DemoModel(), db=tmp_path / "h.db")
+        harness.registry.disposed.subscribe(lambda agent: disposed.append(agent.id))
+        parent = await harness.create_agent("parent")
+        await harness.create_agent("other")
+        await harness.flush(parent)
+        # Another writer extends the stored log: the live session's next flush is refused.
+        writer = await SqlitePersistence.open(tmp_path / "h.db")
+        stored = await writer.inspect(parent.id)
+        await writer.append(parent.id, [SessionEvent("note", len(stored.events), 1.0, None)])
+        await writer.close()
+        parent.session.append("note", "unflushed")
+
+        with pytest.raises(SubagentError) as raised:
+            await harness.close()
+        error = raised.value
+        assert error.code is ErrorCode.ACTIVATION_TEARDOWN_FAILED
+        assert isinstance(error.cause, ExceptionGroup)
+        failures = [
+            (e.code, e.field) for e in error.cause.exceptions if isinstance(e, SubagentError)
+        ]
+        assert failures == [(ErrorCode.INVALID_ARGUMENT, "events[0].seq")]
+        assert len(error.cause.exceptions) == 1
+        assert sorted(disposed) == ["other", "parent"]
+        assert harness.registry.get(parent.id) is None
+        with pytest.raises(SubagentError) as closed:
+            await harness.persistence.list()
+        assert closed.value.code is ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert sqlite_threads() <= before
+        await harness.close()  # a second close is a no-op: nothing raised, nothing disposed
+        assert sorted(disposed) == ["other", "parent"]
+
+    asyncio.run(main())
+
+
+def test_tear_16_issue_19_close_survives_the_caller_being_cancelled(tmp_path: Path) -> None:
+    """The teardown runs to its end even when the task awaiting ``close`` is cancelled."""
+
+    async def main() -> None:
+        harness = await ReferenceHarness.open(lambda _s, _o: DemoModel(), db=tmp_path / "h.db")
+        await harness.create_agent("parent")
+        closing = asyncio.ensure_future(harness.close())
+        harness.registry.disposed.subscribe(lambda _agent: closing.cancel())  # mid-teardown
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        await harness.close()  # waits for the same teardown
+        assert harness.registry.get(SessionId("parent")) is None
+        with pytest.raises(SubagentError) as closed:
+            await harness.persistence.list()
+        assert closed.value.code is ErrorCode.PERSISTENCE_UNAVAILABLE
 
     asyncio.run(main())

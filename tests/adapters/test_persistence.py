@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+import subprocess
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import TypeAlias, TypeVar
@@ -956,6 +958,150 @@ def test_sqlite_open_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> No
         assert info.value.field == "path"
 
     asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- open modes (issue 19)
+
+
+def files_beside(path: Path) -> dict[str, bytes]:
+    """Every file of the store's directory, byte for byte."""
+    return {entry.name: entry.read_bytes() for entry in sorted(path.parent.iterdir())}
+
+
+@contextlib.contextmanager
+def write_protected(path: Path, how: str) -> Iterator[None]:
+    """Make ``path`` read-only in a way that holds for the current user (root included)."""
+    if how == "format":  # a write version above 2 in the header: SQLite opens it read-only
+        data = bytearray(path.read_bytes())
+        data[18] = 3
+        path.write_bytes(bytes(data))
+        yield
+    elif os.geteuid() != 0:
+        path.chmod(0o444)
+        try:
+            yield
+        finally:
+            path.chmod(0o644)
+    else:  # root writes through a file mode: the immutable attribute stops it
+        if subprocess.run(["chattr", "+i", str(path)], check=False).returncode != 0:
+            pytest.skip("running as root without chattr +i: no way to write-protect the file")
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+@pytest.mark.parametrize("how", ["file", "format"])
+def test_err_5_issue_19_a_writer_refuses_a_read_only_store_at_open(
+    tmp_path: Path, how: str
+) -> None:
+    path = sqlite_file(tmp_path, [note(0)])
+    with write_protected(path, how):
+        before = path.read_bytes()
+        with pytest.raises(SubagentError) as caught:
+            run(SqlitePersistence.open(path))
+        error = caught.value
+        assert (error.code, error.field) == (ErrorCode.PERSISTENCE_UNAVAILABLE, "path")
+        assert f"{path} is read-only" in str(error)
+        assert path.read_bytes() == before
+
+        async def listing() -> list[SessionSnapshot]:
+            store = await SqlitePersistence.open(path, readonly=True)
+            try:
+                return await store.list_snapshots()
+            finally:
+                await store.close()
+
+        assert run(listing()) == [SessionSnapshot(HEADER, 1)]
+
+
+def test_list_16_issue_19_a_read_only_open_reads_a_store_the_current_code_writes(
+    tmp_path: Path,
+) -> None:
+    path = sqlite_file(tmp_path, [note(0), note(1)])
+    before = files_beside(path)
+
+    async def body() -> None:
+        store = await SqlitePersistence.open(path, readonly=True)
+        assert await store.list_snapshots() == [SessionSnapshot(HEADER, 2)]
+        assert await store.inspect(SID) == SessionRecord(HEADER, (note(0), note(1)))
+        assert await store.revision(SID) == 2
+        assert await store.cached_snapshot(HEADER) == CachedProjection(2, {"v": 1})
+        with pytest.raises(SubagentError) as caught:
+            await store.append(SID, [note(2)])
+        assert caught.value.code is ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert "readonly" in str(caught.value)
+        await store.close()
+
+    run(body())
+    assert path.read_bytes() == before[path.name]
+    with contextlib.closing(raw_db(path)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert run(reopened_revision(path)) == 2  # and a writer still opens it
+
+
+async def reopened_revision(path: Path) -> int | None:
+    store = await SqlitePersistence.open(path)
+    try:
+        return await store.revision(SID)
+    finally:
+        await store.close()
+
+
+def foreign_or_empty(path: Path, kind: str) -> None:
+    if kind == "empty":
+        path.write_bytes(b"")
+        return
+    with contextlib.closing(raw_db(path)) as conn:  # another application's database
+        conn.execute("CREATE TABLE notes (body TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('keep me')")
+
+
+@pytest.mark.parametrize(
+    ("kind", "readonly"), [("foreign", True), ("foreign", False), ("empty", True)]
+)
+def test_list_16_issue_19_a_foreign_or_empty_file_is_not_a_store_and_stays_unchanged(
+    tmp_path: Path, kind: str, readonly: bool
+) -> None:
+    path = tmp_path / "other.db"
+    foreign_or_empty(path, kind)
+    before = files_beside(path)
+    with pytest.raises(SubagentError) as caught:
+        run(SqlitePersistence.open(path, readonly=readonly))
+    assert (caught.value.code, caught.value.field) == (ErrorCode.PERSISTENCE_UNAVAILABLE, "path")
+    assert str(caught.value).endswith(f"{path} is not a dsh-subagent store")
+    assert files_beside(path) == before
+
+
+def test_harness_23_issue_19_a_writer_makes_a_store_of_an_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.write_bytes(b"")
+    assert run(reopened_revision(path)) is None
+    with contextlib.closing(raw_db(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_harness_23_issue_19_a_writer_proves_the_store_writable_without_writing(
+    tmp_path: Path,
+) -> None:
+    path = sqlite_file(tmp_path, [note(0)])
+    before = files_beside(path)
+
+    async def body() -> None:
+        store = await SqlitePersistence.open(path)
+        assert (tmp_path / f"{path.name}-wal").stat().st_size == 0  # not one page written
+        await store.close()
+
+    run(body())
+    assert files_beside(path) == before
+
+
+def test_sqlite_readonly_must_be_a_bool(tmp_path: Path) -> None:
+    with pytest.raises(SubagentError) as caught:
+        run(SqlitePersistence.open(tmp_path / "s.db", readonly="yes"))  # type: ignore[arg-type]
+    assert (caught.value.code, caught.value.field) == (ErrorCode.INVALID_ARGUMENT, "readonly")
+    assert not (tmp_path / "s.db").exists()
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])

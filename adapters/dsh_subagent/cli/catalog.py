@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 1. The store is opened through the reference harness, so listing is exactly the service's
    ``list_children`` / ``list_descendants`` (live-preferred merge, projection-served identity,
-   corrupt and unavailable diagnostics). Nothing is resumed, repaired or written.
+   corrupt and unavailable diagnostics). Nothing is resumed, repaired or written: the store
+   is opened read-only, and a file that is not a dsh-subagent store is refused unchanged
+   (one error line, issue 19).
 2. Without ``--parent`` every root session (a header with no parent) is listed with its tree.
    An id the store does not hold is a user error: one line, non-zero exit.
 """
@@ -32,7 +34,7 @@ def _no_model(_session: LiveSession, _options: AgentOptions) -> Model:
 async def _rows(
     db: Path, parent: str | None, descendants: bool
 ) -> list[tuple[str, ChildRow | ListingDiagnostic | DescendantRow]]:
-    harness = await ReferenceHarness.open(_no_model, db=db)
+    harness = await ReferenceHarness.open(_no_model, db=db, readonly=True)
     try:
         headers = await harness.persistence.list()
         known = {h.id for h in headers}

@@ -28,6 +28,14 @@ Theory of operation
    that is not UTF-8: found, it is ``CORRUPT_SESSION`` naming the session and the field
    (``events[3].data``); otherwise the store is unusable (a missing table, a failing disk),
    ``PERSISTENCE_UNAVAILABLE`` naming the session, with the SQLite error as the cause.
+8. Open modes (issue 19). A writer (the default) creates the schema only in an empty
+   database, and proves the file writable at open with a write it rolls back: SQLite opens a
+   write-protected file read-only without a word, so a read-only store is refused there
+   (``PERSISTENCE_UNAVAILABLE`` naming the path), not at every later flush. ``readonly=True``
+   (listings, ``dsh-subagent catalog``) connects with the URI ``mode=ro``: it never creates
+   the schema nor sets the journal mode, and its writes fail ``PERSISTENCE_UNAVAILABLE``. A
+   foreign database (``user_version`` 0 with tables of its own), or an empty file opened
+   read-only, is refused as "not a dsh-subagent store" and left unchanged.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Final, TypeVar
 
 from dsh_subagent.adapters.clock import epoch_ms
@@ -105,24 +114,60 @@ def _transaction(conn: sqlite3.Connection, begin: str) -> Iterator[None]:
     conn.execute("COMMIT")
 
 
-def _connect(path: str, synchronous: str) -> sqlite3.Connection:
-    """Open the connection (in the executor's thread) and create or check the schema."""
-    conn = sqlite3.connect(path, isolation_level=None)  # transactions are explicit
+def _not_a_store(path: str) -> SubagentError:
+    return SubagentError(
+        ErrorCode.PERSISTENCE_UNAVAILABLE, f"{path} is not a dsh-subagent store", field="path"
+    )
+
+
+def _schema_version(conn: sqlite3.Connection, path: str) -> int:
+    """The store's schema version, 0 for an empty database; refuses any other file (rule 8)."""
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    if version == 0 and conn.execute("SELECT 1 FROM sqlite_master").fetchone() is not None:
+        raise _not_a_store(path)
+    if version not in (0, SCHEMA_VERSION):
+        raise SubagentError(
+            ErrorCode.PERSISTENCE_UNAVAILABLE,
+            f"{path}: schema version {version} is not {SCHEMA_VERSION}",
+            field="path",
+        )
+    return int(version)
+
+
+def _prove_writable(conn: sqlite3.Connection) -> None:
+    """Write and roll back: SQLite opens a write-protected file read-only without a word.
+
+    (The whole transaction is rolled back: a savepoint's rollback would still commit a page.)
+    """
+    conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    finally:
+        conn.execute("ROLLBACK")
+
+
+def _connect(path: str, synchronous: str, readonly: bool) -> sqlite3.Connection:
+    """Open the connection (in the executor's thread) and check, or create, the schema."""
+    if readonly:
+        uri = f"{Path(path).absolute().as_uri()}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    else:
+        conn = sqlite3.connect(path, isolation_level=None)  # transactions are explicit
+    try:
         conn.execute("PRAGMA busy_timeout=10000")
-        with _transaction(conn, "BEGIN IMMEDIATE"):
-            (version,) = conn.execute("PRAGMA user_version").fetchone()
+        with _transaction(conn, "BEGIN" if readonly else "BEGIN IMMEDIATE"):
+            version = _schema_version(conn, path)
+            if readonly and version == 0:
+                raise _not_a_store(path)
             if version == 0:
                 for statement in _SCHEMA:
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            elif version != SCHEMA_VERSION:
-                raise SubagentError(
-                    ErrorCode.PERSISTENCE_UNAVAILABLE,
-                    f"{path}: schema version {version} is not {SCHEMA_VERSION}",
-                )
+        if not readonly:
+            if version != 0:
+                _prove_writable(conn)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={synchronous}")
     except BaseException:
         conn.close()
         raise
@@ -231,26 +276,33 @@ class SqlitePersistence:
         *,
         synchronous: str = "FULL",
         clock: Clock = epoch_ms,
+        readonly: bool = False,
     ) -> SqlitePersistence:
-        """Open (creating if needed) the database at ``path``.
+        """Open the store at ``path``: a writer (default) creates it if missing or empty.
 
         ``synchronous`` is SQLite's durability level: ``FULL`` (default, survives power loss),
         ``NORMAL`` (survives a process crash), ``OFF`` or ``EXTRA``. ``clock`` stamps repairs.
+        ``readonly`` opens an existing store for reading only (rule 8).
         """
         level = require_str(synchronous, "synchronous").upper()
         if level not in SYNCHRONOUS_LEVELS:
             raise invalid("synchronous", f"expected one of {sorted(SYNCHRONOUS_LEVELS)}")
+        if not isinstance(readonly, bool):
+            raise invalid("readonly", "expected a bool")
+        where = os.fspath(path)
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsh-sqlite")
         loop = asyncio.get_running_loop()
         try:
-            conn = await loop.run_in_executor(executor, _connect, os.fspath(path), level)
+            conn = await loop.run_in_executor(executor, _connect, where, level, readonly)
         except sqlite3.Error as error:
             executor.shutdown(wait=False)
+            problem = (
+                "is read-only; a writer needs a writable session store"
+                if error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_READONLY
+                else f"is not a usable SQLite session store: {error}"
+            )
             raise SubagentError(
-                ErrorCode.PERSISTENCE_UNAVAILABLE,
-                f"{os.fspath(path)} is not a usable SQLite session store: {error}",
-                field="path",
-                cause=error,
+                ErrorCode.PERSISTENCE_UNAVAILABLE, f"{where} {problem}", field="path", cause=error
             ) from error
         except BaseException:
             executor.shutdown(wait=False)
