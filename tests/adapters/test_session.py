@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh_subagent.adapters.frozen_json import FrozenDict
-from dsh_subagent.adapters.protocols import SessionMeta, SessionRecord, SessionSnapshot
+from dsh_subagent.adapters.protocols import Lease, SessionMeta, SessionRecord, SessionSnapshot
 from dsh_subagent.adapters.reference.session import (
     LiveSession,
     LogOverride,
@@ -360,6 +360,15 @@ class FakePersistence:
         self.calls.append(f"append:{len(events)}")
         row = self.rows[session_id]
         self.rows[session_id] = attrs.evolve(row, events=(*row.events, *events))
+
+    async def reserve(self, session_id: SessionId) -> Lease:
+        return Lease(session_id, "fake", 1)
+
+    async def acquire(self, session_id: SessionId) -> Lease:
+        return Lease(session_id, "fake", 1)
+
+    async def release(self, lease: Lease) -> None:
+        pass
 
     async def close(self) -> None:
         self.calls.append("close")

@@ -53,6 +53,8 @@ from dsh_subagent.core.manager.events import (
     FlushReported,
     FollowupRequested,
     InterruptRequested,
+    LeaseAcquired,
+    LeaseRefused,
     MessageAccepted,
     MessageClaimed,
     MessageDiscarded,
@@ -354,6 +356,7 @@ def test_cont_26_parent_submission_refused_while_parent_disposal_is_open() -> No
     d = Driver()
     child = agent("c")
     d(ColdResumeStarted(eid(), sid("c"), sid("p")))
+    d(LeaseAcquired(eid(), sid("c"), 1))
     d(ChildMaterialized(eid(), sid("c"), RunId("r"), child, frozenset({child})))
     d(FollowupRequested(eid(), sid("c"), MessageId("u"), UserAuthority(True)))
     d(MessageAccepted(eid(), sid("c"), MessageId("u")))
@@ -396,6 +399,8 @@ def test_cont_17_absent_child_is_cold_resumed_as_a_new_epoch() -> None:
     effects = d(FollowupRequested(eid(), sid("c"), message, as_parent(ROOT)))
     assert kinds(effects) == [ResumeAgent]
     d(ColdResumeStarted(eid(), sid("c"), ROOT.session_id))
+    d(LeaseAcquired(eid(), sid("c"), 7))
+    assert d.state.activations[sid("c")].lease == 7
     resumed = agent("c", token=2)
     lineage = frozenset({resumed, ROOT})
     start = d(ChildMaterialized(eid(), sid("c"), RunId("run-2"), resumed, lineage))
@@ -403,6 +408,24 @@ def test_cont_17_absent_child_is_cold_resumed_as_a_new_epoch() -> None:
     assert kinds(d(FollowupRequested(eid(), sid("c"), message, as_parent(ROOT)))) == [
         SubmitFollowup
     ]
+
+
+def test_lease_2_a_cold_resume_held_elsewhere_is_refused_and_dropped() -> None:
+    d = Driver()
+    d(ColdResumeStarted(eid(), sid("c"), ROOT.session_id))
+    refused = d(LeaseRefused(eid(), sid("c"), "host:1:x"))
+    assert rejected(refused) is ErrorCode.ACTIVATION_HELD
+    assert sid("c") not in d.state.activations
+
+
+def test_lease_1_a_cold_resume_without_the_lease_never_runs() -> None:
+    d = Driver()
+    d(ColdResumeStarted(eid(), sid("c"), ROOT.session_id))
+    resumed = agent("c", token=2)
+    effects = d(ChildMaterialized(eid(), sid("c"), RunId("r"), resumed, frozenset({resumed})))
+    assert rejected(effects[:1]) is ErrorCode.ACTIVATION_HELD
+    assert kinds(effects[1:]) == [DisposeHandle]
+    assert sid("c") not in d.state.activations
 
 
 def test_cont_17_cold_resume_refused_while_draining() -> None:
@@ -918,6 +941,8 @@ events = st.one_of(
     st.builds(lambda n: DescriptorSnapshotted(eid(), n), names),
     st.builds(lambda n: ChildPrepared(eid(), n), names),
     st.builds(lambda n, p: ColdResumeStarted(eid(), n, p.session_id), names, refs),
+    st.builds(lambda n: LeaseAcquired(eid(), n, 1), names),
+    st.builds(lambda n: LeaseRefused(eid(), n, "elsewhere"), names),
     st.builds(_materialized, names, refs, refs),
     st.builds(lambda n, h: StartRolledBack(eid(), n, h), names, st.booleans()),
     st.builds(lambda n, m, p: FollowupRequested(eid(), n, m, as_parent(p)), names, messages, refs),

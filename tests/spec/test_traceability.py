@@ -33,7 +33,9 @@ def test_vendored_id_list_matches_the_catalogs_when_present() -> None:
             match = re.match(pattern, line)
             if match:
                 ids.append(match.group(1))
-    assert ids == load_catalog_ids(IDS)
+    lines = IDS.read_text(encoding="utf-8").splitlines()
+    project = {line.split("\t")[0] for line in lines if line.endswith("\tDESIGN.md")}
+    assert ids == [rule for rule in load_catalog_ids(IDS) if rule not in project]
 
 
 def test_checker_reports_each_kind_of_problem(tmp_path: Path) -> None:

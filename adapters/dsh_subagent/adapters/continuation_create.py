@@ -10,15 +10,20 @@ Theory of operation
    ``[fork prefix][end-seed][descriptor]`` (DESC-11, ``seed_length`` = prefix length), the
    child is created with its policy events and composition in the unpublished window and its
    setup contributions committed before publication, published, and given its prompt with
-   source ``user``.
+   source ``user``. The id is reserved in the store first (``persistence.reserve``, its
+   lease held from then on), so a second harness on the store starting the same id gets
+   ``DUPLICATE_CHILD`` (LEASE-4).
 2. Cold resume (CONT-17, CONT-18): inspect without mutating, authorize against the
-   inspected header before any reconstruction, fold the descriptor over the own suffix
+   inspected header before any reconstruction, take the child's store lease (the core's
+   ``LeaseAcquired``; held by another live harness: ``LeaseRefused``, the caller gets
+   ``ACTIVATION_HELD``, LEASE-1, LEASE-2), fold the descriptor over the own suffix
    (DESC-9, DESC-10), then resume through the registry with only the recorded route
    (CONT-13) and the descriptor's persona and tool filter composed again (CONT-19); the
    provider is never consulted. The final submission re-authorizes against the live child.
 3. Materialization (CONT-10) publishes through the core's ``ChildMaterialized``; the core
    refuses a closing lineage or a releasing parent and disposes the handle. Every failure
-   before acceptance is rolled back with ``StartRolledBack`` (CONT-9, TEAR-7), silently.
+   before acceptance is rolled back with ``StartRolledBack`` (CONT-9, TEAR-7), silently,
+   and gives the lease up; a published child gives it up when it is released (LEASE-6).
 4. Both paths run inside the drain barrier, so a drain waits for their publication or
    rollback (TEAR-13).
 """
@@ -31,7 +36,13 @@ from typing import cast
 import attrs
 
 from dsh_subagent.adapters.clock import epoch_ms
-from dsh_subagent.adapters.continuation_engine import Engine, LiveChild, Routed, new_release
+from dsh_subagent.adapters.continuation_engine import (
+    Engine,
+    LiveChild,
+    Routed,
+    new_release,
+    release_lease,
+)
 from dsh_subagent.adapters.continuation_support import Barrier, ChildLocks, quietly
 from dsh_subagent.adapters.continuation_types import (
     ContinuableStart,
@@ -46,6 +57,7 @@ from dsh_subagent.adapters.protocols import (
     AgentRegistry,
     ApprovalPolicyService,
     CreateOptions,
+    Lease,
     ResumeOptions,
     SandboxPolicyService,
     SessionMeta,
@@ -78,6 +90,8 @@ from dsh_subagent.core.manager.events import (
     ChildPrepared,
     ColdResumeStarted,
     DescriptorSnapshotted,
+    LeaseAcquired,
+    LeaseRefused,
     StartRolledBack,
 )
 from dsh_subagent.core.policy import (
@@ -145,6 +159,8 @@ class Creator:
         self._identities = identities
         self._locks = locks
         self._barrier = barrier
+        #: Store leases granted to a start or resume that has no live child yet (rule 3).
+        self._leases: dict[SessionId, Callable[[], Awaitable[None]]] = {}
 
     async def start(self, spec: ContinuableStartSpec) -> ContinuableStart:
         """Reserve, then create; any failure before acceptance rolls back (rule 1)."""
@@ -169,6 +185,7 @@ class Creator:
         parent = spec.parent
         persistence = self._services.require_persistence()
         self._check_unused(child_id)
+        await self._grant(persistence, await persistence.reserve(child_id))
         parent_depth = delegation_depth_of(parent.session.header, parent.options)
         depth = child_depth(parent_depth, spec.max_depth)
         overrides = spec.agent_options or AgentOptions()
@@ -192,12 +209,6 @@ class Creator:
         signal.throw_if_aborted()
         self._engine.dispatch(ChildPrepared(self._engine.event_id(), child_id))
         self._check_unused(child_id)
-        if spec.child_id is not None:
-            snapshots = await race_abort(persistence.list_snapshots(), signal)
-            signal.throw_if_aborted()
-            if any(snapshot.header.id == child_id for snapshot in snapshots):
-                raise SubagentError(ErrorCode.DUPLICATE_CHILD, f"{child_id} is already persisted")
-            self._check_unused(child_id)
         prefix = prepared.seed
         seed = _seed_with_descriptor(prefix, descriptor_to_payload(descriptor), epoch_ms())
         header = parent.session.header
@@ -284,6 +295,7 @@ class Creator:
         self._engine.dispatch(ColdResumeStarted(self._engine.event_id(), child_id, parent_id))
         async with self._barrier.in_flight(lineage):
             try:
+                await self._acquire(persistence, child_id)
                 await self._resume(child_id, parent, signal, descriptor, record)
                 return self._submit(child_id, content, source, authority, signal)
             except BaseException:
@@ -334,7 +346,28 @@ class Creator:
         finally:
             stop()
 
+    async def _acquire(self, persistence: SessionPersistence, child_id: SessionId) -> None:
+        """Take the child's lease; the core decides whether the resume may run (rule 2)."""
+        try:
+            lease = await persistence.acquire(child_id)
+        except SubagentError as error:
+            if error.code is ErrorCode.ACTIVATION_HELD:
+                self._engine.dispatch(
+                    LeaseRefused(self._engine.event_id(), child_id, error.message)
+                )
+            raise
+        await self._grant(persistence, lease)
+        self._engine.dispatch(LeaseAcquired(self._engine.event_id(), child_id, lease.epoch))
+
     # ------------------------------------------------------------------ shared
+
+    async def _grant(self, persistence: SessionPersistence, lease: Lease) -> None:
+        """Hold a granted lease until the child (or its rollback) gives it up (rule 3)."""
+
+        async def release() -> None:
+            await persistence.release(lease)
+
+        self._leases[lease.session_id] = release
 
     async def _materialize(
         self,
@@ -353,6 +386,7 @@ class Creator:
         live = LiveChild(
             child_id, handle, descriptor.provider, descriptor.label, parent_session, new_release()
         )
+        live.release_lease = self._leases.pop(child_id, None)
         self._engine.children[child_id] = live
         signal.throw_if_aborted()
         child = self._identities.ref(agent)
@@ -366,6 +400,7 @@ class Creator:
         except SubagentError:
             if live.rollback is not None:
                 await quietly(live.rollback)
+                await release_lease(live)
             raise
 
     def _submit(
@@ -401,6 +436,10 @@ class Creator:
             self._engine.dispatch(event)
         if live is not None:
             await quietly(live.rollback if live.rollback is not None else live.released)
+            await release_lease(live)
+        release = self._leases.pop(child_id, None)
+        if release is not None:
+            await quietly(release())
 
     def _check_unused(self, child_id: SessionId) -> None:
         sessions = self._services.sessions

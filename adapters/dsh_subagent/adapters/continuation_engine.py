@@ -21,7 +21,9 @@ Theory of operation
    ``DisposalFinished`` with the failed boundaries (TEAR-5); the flush's own task carries
    that release on, so one task serves a child's whole teardown. A ``DisposeHandle`` from a
    rollback only disposes (TEAR-7). The release future of a child resolves with its combined
-   teardown failure (or None) when its end edge is performed.
+   teardown failure (or None) when its end edge is performed. After the handle's disposal
+   the child's store lease is given up (``release_lease``, LEASE-6): an Activation holds it
+   from its grant to its release; a release that fails is logged and the lease expires.
 5. Notices and reports never stall teardown: a failing notice send is logged and dropped
    (NOTICE-14); a failing accounted send withdraws its id (RES-2).
 """
@@ -32,7 +34,7 @@ import asyncio
 import enum
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeAlias, assert_never
 
 import attrs
@@ -136,6 +138,7 @@ class LiveChild:
     child_failures: list[SubagentError] = attrs.field(factory=list)
     outcome: EpochOutcome = attrs.field(factory=lambda: EpochOutcome(KnownStop.ERROR))
     rollback: asyncio.Future[None] | None = None
+    release_lease: Callable[[], Awaitable[None]] | None = None
 
     def released_failure(self) -> SubagentError | None:
         """The combined teardown failure of this Activation (TEAR-5)."""
@@ -422,6 +425,7 @@ class Engine:
         except Exception as exc:
             live.failures.append(boundary_failure(Boundary.HANDLE, repr(exc)))
             boundaries.add(Boundary.HANDLE)
+        await release_lease(live)
         parent = None if live.parent_session is None else self.agents.get(live.parent_session)
         status = AgentStatus.IDLE
         if parent is not None and parent.status is AgentStatus.RUNNING:
@@ -444,8 +448,28 @@ class Engine:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
+async def release_lease(live: LiveChild) -> None:
+    """Give the child's store lease up once; a failure is logged, the lease expires (rule 4)."""
+    release, live.release_lease = live.release_lease, None
+    if release is None:
+        return
+    try:
+        await release()
+    except Exception:
+        _log.warning("the lease of %s was not released; it expires", live.child_id, exc_info=True)
+
+
 def new_release() -> asyncio.Future[SubagentError | None]:
     return asyncio.get_running_loop().create_future()
 
 
-__all__ = ["Emit", "Engine", "Handback", "LifecycleInfo", "LiveChild", "Routed", "new_release"]
+__all__ = [
+    "Emit",
+    "Engine",
+    "Handback",
+    "LifecycleInfo",
+    "LiveChild",
+    "Routed",
+    "new_release",
+    "release_lease",
+]

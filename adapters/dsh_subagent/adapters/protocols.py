@@ -157,6 +157,20 @@ class SessionSnapshot:
 
 
 @attrs.frozen
+class Lease:
+    """A child's lease as one persistence instance holds it (LEASE-1).
+
+    ``owner`` names the holder (host, pid and a per-instance token); ``epoch`` grows by one
+    at every grant and fences every append of the holder: once another holder took the
+    lease, the old epoch's appends are refused with ``LEASE_LOST`` and write nothing.
+    """
+
+    session_id: SessionId
+    owner: str
+    epoch: int
+
+
+@attrs.frozen
 class CachedProjection:
     """A projection-cache row: the values folded from the first ``as_of_seq`` events."""
 
@@ -457,8 +471,23 @@ class SessionPersistence(Protocol):
         """Append events that continue the stored log exactly."""
         ...
 
+    async def reserve(self, session_id: SessionId) -> Lease:
+        """Durably reserve a new id and hold its lease; ``DUPLICATE_CHILD`` when the id is
+        stored or reserved by another live holder (LEASE-4)."""
+        ...
+
+    async def acquire(self, session_id: SessionId) -> Lease:
+        """Take the child's lease in one compare-and-set, at a new epoch; ``ACTIVATION_HELD``
+        when another live holder has it (LEASE-1, LEASE-2, LEASE-5)."""
+        ...
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lease up (the Activation was released); a lost lease is left alone."""
+        ...
+
     async def close(self) -> None:
-        """Release the backend; later calls raise ``PERSISTENCE_UNAVAILABLE``."""
+        """Release every held lease and the backend; later calls raise
+        ``PERSISTENCE_UNAVAILABLE``."""
         ...
 
 

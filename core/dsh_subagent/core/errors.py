@@ -50,6 +50,10 @@ class ErrorCode(enum.Enum):
     NOT_FOUND = "NOT_FOUND"
     # A delegated (owned) agent asked the human a question (ASK-1).
     DELEGATED_CALLER = "DELEGATED_CALLER"
+    # The child's lease is held by another live harness on the store (LEASE-2).
+    ACTIVATION_HELD = "ACTIVATION_HELD"
+    # An append fenced by a lease epoch that is no longer the child's (LEASE-3).
+    LEASE_LOST = "LEASE_LOST"
     # Misuse of a core machine: an event its current state does not accept.
     ILLEGAL_TRANSITION = "ILLEGAL_TRANSITION"
 

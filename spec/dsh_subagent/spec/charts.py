@@ -179,6 +179,10 @@ class ActivationChart(StateChart[object]):
     ColdResumeStarted = _.ABSENT.to(_.RESUMING, unless="admission_lost") | _.ABSENT.to.itself(
         cond="admission_lost"
     )
+    # A cold resume materializes only under the child's lease; a lease held elsewhere drops
+    # it (ACTIVATION_HELD), and so does a materialization without one (LEASE-1, LEASE-2).
+    LeaseAcquired = _.RESUMING.to.itself()
+    LeaseRefused = _.RESUMING.to(_.ABSENT)
     ChildMaterialized = (
         _.PREPARED.to(_.MATERIALIZED, unless="admission_lost")
         | _.PREPARED.to(_.ABSENT, cond="admission_lost")

@@ -48,6 +48,8 @@ from dsh_subagent.core.manager.events import (
     FlushReported,
     FollowupRequested,
     InterruptRequested,
+    LeaseAcquired,
+    LeaseRefused,
     MessageAccepted,
     MessageClaimed,
     MessageDiscarded,
@@ -162,7 +164,16 @@ class CoreMachine(RuleBasedStateMachine):
     @rule(target=children, name=st.sampled_from(CHILD_NAMES))
     def cold_resume(self, name: SessionId) -> SessionId:
         self._apply(ColdResumeStarted(self._eid(), name, ROOT.session_id))
+        self.LeaseAcquired(name)
         return name
+
+    @rule(child=subjects)
+    def LeaseAcquired(self, child: SessionId) -> None:
+        self._apply(LeaseAcquired(self._eid(), child, next(self.ids)))
+
+    @rule(child=subjects)
+    def LeaseRefused(self, child: SessionId) -> None:
+        self._apply(LeaseRefused(self._eid(), child, "another harness"))
 
     @rule(target=agents, name=st.sampled_from(CHILD_NAMES), parent=st.none() | agents)
     def start_resident(self, name: SessionId, parent: AgentRef | None) -> AgentRef:

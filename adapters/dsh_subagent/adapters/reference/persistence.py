@@ -30,13 +30,24 @@ Theory of operation
    cannot be read at all (a missing table, a failing disk), raises ``PERSISTENCE_UNAVAILABLE``
    with the backend's error as the cause; stored text that does not decode is damage
    (``CORRUPT_SESSION``, rule 3).
+8. Leases (LEASE-1..6, ``docs/durability.md``): a per-child row ``(owner, host, pid, epoch,
+   expires_at)``. ``grant`` is the one decision both backends take inside their atomic
+   step: a lease is free when released, expired, or owned by a pid that is gone on this
+   host; a grant bumps the epoch. ``fence`` runs in every write's transaction: the holder's
+   epoch must still be the stored one (else ``LEASE_LOST``), and a writer without a lease may
+   not write a child another live holder has (``ACTIVATION_HELD``). A holder's write renews
+   its expiry; a backend's ``heartbeat`` renews all it holds; ``close`` releases them.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import math
+import os
+import socket
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, NoReturn, TypeAlias
 
@@ -46,6 +57,7 @@ from dsh_subagent.adapters.clock import epoch_ms
 from dsh_subagent.adapters.frozen_json import freeze_checked, is_certified
 from dsh_subagent.adapters.protocols import (
     CachedProjection,
+    Lease,
     SessionRecord,
     SessionSnapshot,
 )
@@ -377,6 +389,114 @@ def require_session_id(session_id: object) -> SessionId:
     return SessionId(require_str(session_id, "session_id", non_empty=True))
 
 
+# --------------------------------------------------------------------------- leases
+
+DEFAULT_LEASE_TTL: Final = 30.0
+"""Seconds a lease outlives its holder's last heartbeat or write (configurable per backend)."""
+
+
+@attrs.frozen
+class LeaseOwner:
+    """Who holds a lease: this host, this process, and a token unique to one backend."""
+
+    host: str
+    pid: int
+    token: str
+
+    @classmethod
+    def here(cls) -> LeaseOwner:
+        host, pid = socket.gethostname(), os.getpid()
+        return cls(host, pid, f"{host}:{pid}:{uuid.uuid4().hex[:12]}")
+
+
+@attrs.frozen
+class LeaseRow:
+    """A stored lease; ``owner`` None once released. ``expires_at`` is in clock ms."""
+
+    owner: str | None
+    host: str
+    pid: int
+    epoch: int
+    expires_at: float
+
+
+def require_ttl(lease_ttl: object) -> float:
+    """A positive, finite lease lifetime in seconds, or ``INVALID_ARGUMENT``."""
+    ttl = require_finite(lease_ttl, "lease_ttl")
+    if ttl <= 0:
+        raise invalid("lease_ttl", f"must be > 0, got {ttl}")
+    return ttl
+
+
+def _process_gone(row: LeaseRow, host: str) -> bool:
+    """Whether the holder's process is known dead: only decidable on the same host."""
+    if row.host != host:
+        return False
+    try:
+        os.kill(row.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    return False
+
+
+def _live_holder(row: LeaseRow | None, now: float, host: str) -> str | None:
+    """The owner of a lease nobody may take now, or None when it is free (rule 8)."""
+    if row is None or row.owner is None or row.expires_at <= now or _process_gone(row, host):
+        return None
+    return row.owner
+
+
+def grant(
+    session_id: SessionId,
+    row: LeaseRow | None,
+    me: LeaseOwner,
+    now: float,
+    ttl: float,
+    *,
+    reserve: bool,
+    stored: bool,
+) -> LeaseRow:
+    """The row a successful acquire (or a reservation of a new id) writes, or the refusal."""
+    holder = _live_holder(row, now, me.host)
+    if reserve and (stored or holder is not None):
+        why = "is already persisted" if stored else f"is reserved by {holder}"
+        raise SubagentError(ErrorCode.DUPLICATE_CHILD, f"{session_id} {why}", field="child_id")
+    if holder is not None and holder != me.token:
+        raise SubagentError(ErrorCode.ACTIVATION_HELD, f"{session_id} is held by {holder}")
+    epoch = (0 if row is None else row.epoch) + 1
+    return LeaseRow(me.token, me.host, me.pid, epoch, now + ttl * 1000)
+
+
+def fence(
+    session_id: SessionId, row: LeaseRow | None, held: Lease | None, me: LeaseOwner, now: float
+) -> None:
+    """Refuse a write that its lease no longer covers; runs before any insert (rule 8)."""
+    if held is not None:
+        if row is None or row.owner != held.owner or row.epoch != held.epoch:
+            current = "none" if row is None else f"{row.epoch} held by {row.owner}"
+            raise SubagentError(
+                ErrorCode.LEASE_LOST,
+                f"session {session_id!r}: lease epoch {held.epoch} is stale (now {current})",
+            )
+        return
+    holder = _live_holder(row, now, me.host)
+    if holder is not None:
+        raise SubagentError(ErrorCode.ACTIVATION_HELD, f"{session_id} is held by {holder}")
+
+
+def lease_of(session_id: SessionId, row: LeaseRow) -> Lease:
+    assert row.owner is not None
+    return Lease(session_id, row.owner, row.epoch)
+
+
+def require_lease(lease: object) -> Lease:
+    if not isinstance(lease, Lease):
+        raise invalid("lease", f"expected a Lease, got {type(lease).__name__}")
+    return lease
+
+
 # --------------------------------------------------------------------------- in-memory backend
 
 
@@ -388,12 +508,77 @@ class _Stored:
 
 
 class InMemoryPersistence:
-    """A process-local backend with exactly the SQLite backend's behaviour, for fast tests."""
+    """A process-local backend with exactly the SQLite backend's behaviour, for fast tests.
 
-    def __init__(self, *, clock: Clock = epoch_ms) -> None:
+    ``peer()`` opens another backend (another lease owner) over the same storage, as a
+    second process opens the same SQLite file.
+    """
+
+    def __init__(self, *, clock: Clock = epoch_ms, lease_ttl: float = DEFAULT_LEASE_TTL) -> None:
         self._sessions: dict[SessionId, _Stored] = {}
+        self._leases: dict[SessionId, LeaseRow] = {}
         self._clock = clock
+        self._ttl = require_ttl(lease_ttl)
+        self._me = LeaseOwner.here()
+        self._held: dict[SessionId, Lease] = {}
         self._closed = False
+
+    def peer(self) -> InMemoryPersistence:
+        """Another backend, with its own lease owner, over this one's storage."""
+        other = InMemoryPersistence(clock=self._clock, lease_ttl=self._ttl)
+        other._sessions, other._leases = self._sessions, self._leases
+        return other
+
+    def _fence(self, session_id: SessionId) -> None:
+        now = self._clock()
+        row = self._leases.get(session_id)
+        held = self._held.get(session_id)
+        fence(session_id, row, held, self._me, now)
+        if held is not None and row is not None:
+            self._leases[session_id] = attrs.evolve(row, expires_at=now + self._ttl * 1000)
+
+    def _grant(self, session_id: object, *, reserve: bool) -> Lease:
+        self._open()
+        sid = require_session_id(session_id)
+        stored = sid in self._sessions
+        row = grant(
+            sid,
+            self._leases.get(sid),
+            self._me,
+            self._clock(),
+            self._ttl,
+            reserve=reserve,
+            stored=stored,
+        )
+        self._leases[sid] = row
+        self._held[sid] = lease = lease_of(sid, row)
+        return lease
+
+    async def reserve(self, session_id: SessionId) -> Lease:
+        """Durably reserve a new id and hold its lease (LEASE-4)."""
+        return self._grant(session_id, reserve=True)
+
+    async def acquire(self, session_id: SessionId) -> Lease:
+        """Take the child's lease at a new epoch, or ``ACTIVATION_HELD`` (LEASE-1, LEASE-2)."""
+        return self._grant(session_id, reserve=False)
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lease up; a lease another holder took meanwhile is left alone."""
+        self._open()
+        lease = require_lease(lease)
+        if self._held.get(lease.session_id) == lease:
+            del self._held[lease.session_id]
+        row = self._leases.get(lease.session_id)
+        if row is not None and row.owner == lease.owner and row.epoch == lease.epoch:
+            self._leases[lease.session_id] = attrs.evolve(row, owner=None)
+
+    async def heartbeat(self) -> None:
+        """Renew every lease this backend holds (LEASE-5)."""
+        self._open()
+        for sid in list(self._held):
+            if self._leases.get(sid) is not None:
+                with contextlib.suppress(SubagentError):
+                    self._fence(sid)
 
     def _get(self, session_id: object) -> tuple[SessionId, _Stored]:
         if self._closed:
@@ -437,6 +622,7 @@ class InMemoryPersistence:
         repair = repair_event(record.header.id, record.events, self._clock)
         if repair is None:
             return record
+        self._fence(record.header.id)
         self._sessions[record.header.id].rows.extend(encode_events([repair]))
         return SessionRecord(record.header, (*record.events, repair))
 
@@ -448,6 +634,7 @@ class InMemoryPersistence:
         require_continues(rows, 0)
         if header.id in self._sessions:
             raise invalid("header.id", f"session {header.id!r} already exists")
+        self._fence(header.id)
         self._sessions[header.id] = _Stored(text, rows)
 
     async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
@@ -455,12 +642,17 @@ class InMemoryPersistence:
         self._open()
         require_session_id(session_id)
         rows = encode_events(events)
-        _, stored = self._get(session_id)
+        sid, stored = self._get(session_id)
         require_continues(rows, len(stored.rows))
+        self._fence(sid)
         stored.rows.extend(rows)
 
     async def close(self) -> None:
-        """Release the backend; later calls raise ``PERSISTENCE_UNAVAILABLE``."""
+        """Release every held lease and the backend; later calls raise
+        ``PERSISTENCE_UNAVAILABLE``."""
+        if not self._closed:
+            for lease in list(self._held.values()):
+                await self.release(lease)
         self._closed = True
 
     async def cached_snapshot(self, header: SessionHeader) -> CachedProjection | None:

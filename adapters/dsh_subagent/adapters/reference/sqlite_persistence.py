@@ -36,6 +36,12 @@ Theory of operation
    the schema nor sets the journal mode, and its writes fail ``PERSISTENCE_UNAVAILABLE``. A
    foreign database (``user_version`` 0 with tables of its own), or an empty file opened
    read-only, is refused as "not a dsh-subagent store" and left unchanged.
+9. Leases (``persistence`` rule 8): ``leases(session_id primary key, owner, host, pid, epoch,
+   expires_at)``, created if absent on open (an additive table; ``user_version`` stays). A
+   grant is one compare-and-set: ``BEGIN IMMEDIATE`` (the file's write lock, so across
+   processes), read the row, decide (``grant``), then an update conditional on the epoch
+   read. Every write's transaction runs ``fence`` before its first insert. A heartbeat task
+   renews the held leases every ``lease_ttl / 3`` seconds while any is held.
 """
 
 from __future__ import annotations
@@ -51,10 +57,18 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 from dsh_subagent.adapters.clock import epoch_ms
-from dsh_subagent.adapters.protocols import CachedProjection, SessionRecord, SessionSnapshot
+from dsh_subagent.adapters.protocols import (
+    CachedProjection,
+    Lease,
+    SessionRecord,
+    SessionSnapshot,
+)
 from dsh_subagent.adapters.reference.persistence import (
+    DEFAULT_LEASE_TTL,
     Clock,
     EventRow,
+    LeaseOwner,
+    LeaseRow,
     check_header,
     closed_error,
     corrupt,
@@ -64,9 +78,14 @@ from dsh_subagent.adapters.reference.persistence import (
     encode_events,
     encode_header,
     encode_projection,
+    fence,
+    grant,
+    lease_of,
     repair_event,
     require_continues,
+    require_lease,
     require_session_id,
+    require_ttl,
     unknown_session,
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
@@ -96,6 +115,14 @@ _SCHEMA: Final = (
         projection TEXT NOT NULL
     ) STRICT""",
 )
+_LEASES: Final = """CREATE TABLE IF NOT EXISTS leases (
+    session_id TEXT PRIMARY KEY,
+    owner TEXT,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    expires_at REAL NOT NULL
+) STRICT"""
 
 _T = TypeVar("_T")
 _Text = tuple[str, str, bytes]
@@ -166,6 +193,7 @@ def _connect(path: str, synchronous: str, readonly: bool) -> sqlite3.Connection:
         if not readonly:
             if version != 0:
                 _prove_writable(conn)
+            conn.execute(_LEASES)  # additive: a store of the first schema gains it here
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={synchronous}")
     except BaseException:
@@ -204,6 +232,12 @@ def _insert_events(conn: sqlite3.Connection, session_id: str, rows: Sequence[Eve
         "INSERT INTO events (session_id, seq, type, time, data) VALUES (?, ?, ?, ?, ?)",
         [(session_id, *row) for row in rows],
     )
+
+
+def _lease_row(conn: sqlite3.Connection, session_id: SessionId) -> LeaseRow | None:
+    query = "SELECT owner, host, pid, epoch, expires_at FROM leases WHERE session_id = ?"
+    row = conn.execute(query, (session_id,)).fetchone()
+    return None if row is None else LeaseRow(*row)
 
 
 def _raw_text(conn: sqlite3.Connection, session_id: SessionId | None) -> Iterable[_Text]:
@@ -261,12 +295,20 @@ class SqlitePersistence:
     """Durable session storage in one SQLite file; create it with ``await open(path)``."""
 
     def __init__(
-        self, executor: ThreadPoolExecutor, conn: sqlite3.Connection, clock: Clock
+        self,
+        executor: ThreadPoolExecutor,
+        conn: sqlite3.Connection,
+        clock: Clock,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
     ) -> None:
         """Internal: use ``SqlitePersistence.open``."""
         self._executor = executor
         self._conn = conn
         self._clock = clock
+        self._ttl = lease_ttl
+        self._me = LeaseOwner.here()
+        self._held: dict[SessionId, Lease] = {}
+        self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
 
     @classmethod
@@ -277,13 +319,17 @@ class SqlitePersistence:
         synchronous: str = "FULL",
         clock: Clock = epoch_ms,
         readonly: bool = False,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
     ) -> SqlitePersistence:
         """Open the store at ``path``: a writer (default) creates it if missing or empty.
 
         ``synchronous`` is SQLite's durability level: ``FULL`` (default, survives power loss),
-        ``NORMAL`` (survives a process crash), ``OFF`` or ``EXTRA``. ``clock`` stamps repairs.
-        ``readonly`` opens an existing store for reading only (rule 8).
+        ``NORMAL`` (survives a process crash), ``OFF`` or ``EXTRA``. ``clock`` stamps repairs
+        and lease expiries. ``readonly`` opens an existing store for reading only (rule 8);
+        ``lease_ttl`` (seconds) is how long a held lease outlives its holder's last heartbeat
+        (rule 9).
         """
+        ttl = require_ttl(lease_ttl)
         level = require_str(synchronous, "synchronous").upper()
         if level not in SYNCHRONOUS_LEVELS:
             raise invalid("synchronous", f"expected one of {sorted(SYNCHRONOUS_LEVELS)}")
@@ -307,7 +353,7 @@ class SqlitePersistence:
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        return cls(executor, conn, clock)
+        return cls(executor, conn, clock, ttl)
 
     async def _run(
         self, job: Callable[[sqlite3.Connection], _T], session_id: SessionId | None = None
@@ -374,6 +420,7 @@ class SqlitePersistence:
                 repair = repair_event(sid, record.events, self._clock)
                 if repair is None:
                     return record
+                self._fence(conn, sid)
                 _insert_events(conn, sid, encode_events([repair]))
             return SessionRecord(record.header, (*record.events, repair))
 
@@ -393,6 +440,7 @@ class SqlitePersistence:
                 exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone()
                 if exists is not None:
                     raise invalid("header.id", f"session {sid!r} already exists")
+                self._fence(conn, sid)
                 conn.execute(
                     """INSERT INTO sessions (id, header, created_seq) VALUES
                     (?, ?, (SELECT COALESCE(MAX(created_seq), -1) + 1 FROM sessions))""",
@@ -413,6 +461,7 @@ class SqlitePersistence:
             with _transaction(conn, "BEGIN IMMEDIATE"):
                 _header_text(conn, sid)
                 require_continues(rows, _revision(conn, sid))
+                self._fence(conn, sid)
                 _insert_events(conn, sid, rows)
 
         await self._run(job, sid)
@@ -459,10 +508,116 @@ class SqlitePersistence:
 
         await self._run(job, sid)
 
+    # ------------------------------------------------------------------ leases (rule 9)
+
+    def _fence(self, conn: sqlite3.Connection, session_id: SessionId) -> None:
+        """Inside a write transaction: refuse a write its lease no longer covers; renew."""
+        now = self._clock()
+        held = self._held.get(session_id)
+        fence(session_id, _lease_row(conn, session_id), held, self._me, now)
+        if held is not None:
+            conn.execute(
+                "UPDATE leases SET expires_at = ? WHERE session_id = ?",
+                (now + self._ttl * 1000, session_id),
+            )
+
+    async def _grant(self, session_id: SessionId, *, reserve: bool) -> Lease:
+        if self._closed:
+            raise closed_error()
+        sid = require_session_id(session_id)
+
+        def job(conn: sqlite3.Connection) -> Lease:
+            with _transaction(conn, "BEGIN IMMEDIATE"):
+                row = _lease_row(conn, sid)
+                stored = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone()
+                new = grant(
+                    sid,
+                    row,
+                    self._me,
+                    self._clock(),
+                    self._ttl,
+                    reserve=reserve,
+                    stored=stored is not None,
+                )
+                conn.execute(
+                    """INSERT INTO leases (session_id, owner, host, pid, epoch, expires_at)
+                    VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET
+                    owner = excluded.owner, host = excluded.host, pid = excluded.pid,
+                    epoch = excluded.epoch, expires_at = excluded.expires_at
+                    WHERE leases.epoch = ?""",
+                    (sid, new.owner, new.host, new.pid, new.epoch, new.expires_at, new.epoch - 1),
+                )
+                assert conn.execute("SELECT changes()").fetchone()[0] == 1
+            return lease_of(sid, new)
+
+        lease = await self._run(job, sid)
+        self._held[sid] = lease
+        if self._heartbeat is None:
+            self._heartbeat = asyncio.get_running_loop().create_task(self._beat())
+        return lease
+
+    async def reserve(self, session_id: SessionId) -> Lease:
+        """Durably reserve a new id and hold its lease (LEASE-4)."""
+        return await self._grant(session_id, reserve=True)
+
+    async def acquire(self, session_id: SessionId) -> Lease:
+        """Take the child's lease at a new epoch, or ``ACTIVATION_HELD`` (LEASE-1, LEASE-2)."""
+        return await self._grant(session_id, reserve=False)
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lease up; a lease another holder took meanwhile is left alone."""
+        if self._closed:
+            raise closed_error()
+        lease = require_lease(lease)
+        if self._held.get(lease.session_id) == lease:
+            del self._held[lease.session_id]
+
+        def job(conn: sqlite3.Connection) -> None:
+            with _transaction(conn, "BEGIN IMMEDIATE"):
+                conn.execute(
+                    """UPDATE leases SET owner = NULL
+                    WHERE session_id = ? AND owner = ? AND epoch = ?""",
+                    (lease.session_id, lease.owner, lease.epoch),
+                )
+
+        await self._run(job, lease.session_id)
+
+    async def heartbeat(self) -> None:
+        """Renew every lease this backend holds (LEASE-5); a lost one stays lost."""
+        held = list(self._held.values())
+        if not held:
+            return
+        expires = self._clock() + self._ttl * 1000
+
+        def job(conn: sqlite3.Connection) -> None:
+            with _transaction(conn, "BEGIN IMMEDIATE"):
+                conn.executemany(
+                    """UPDATE leases SET expires_at = ?
+                    WHERE session_id = ? AND owner = ? AND epoch = ?""",
+                    [(expires, lease.session_id, lease.owner, lease.epoch) for lease in held],
+                )
+
+        await self._run(job)
+
+    async def _beat(self) -> None:
+        """Renew held leases every third of their lifetime until closed (LEASE-5)."""
+        while not self._closed:
+            await asyncio.sleep(self._ttl / 3)
+            with contextlib.suppress(SubagentError):
+                await self.heartbeat()
+
     async def close(self) -> None:
-        """Close the connection and its thread; later calls raise ``PERSISTENCE_UNAVAILABLE``."""
+        """Release every held lease, then close the connection and its thread; later calls
+        raise ``PERSISTENCE_UNAVAILABLE``."""
         if self._closed:
             return
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+        for lease in list(self._held.values()):
+            with contextlib.suppress(SubagentError):
+                await self.release(lease)
         self._closed = True
         await asyncio.get_running_loop().run_in_executor(self._executor, self._conn.close)
         self._executor.shutdown(wait=True)

@@ -73,6 +73,8 @@ from dsh_subagent.core.manager.events import (
     FlushReported,
     FollowupRequested,
     InterruptRequested,
+    LeaseAcquired,
+    LeaseRefused,
     MessageAccepted,
     MessageClaimed,
     MessageDiscarded,
@@ -182,11 +184,25 @@ def _resume_started(step: Step, record: Activation, event: ColdResumeStarted) ->
     return Outcome.DONE
 
 
+def _lease_acquired(step: Step, record: Activation, event: LeaseAcquired) -> Outcome:
+    """A cold resume holds the child's lease at ``epoch`` (LEASE-1)."""
+    step.put(attrs.evolve(record, lease=event.epoch))
+    return Outcome.DONE
+
+
+def _lease_refused(step: Step, record: Activation, event: LeaseRefused) -> Outcome:
+    """Another live harness holds the child: this cold resume never runs (LEASE-2)."""
+    step.reject(ErrorCode.ACTIVATION_HELD, event.reason)
+    return Outcome.REFUSED
+
+
 def _materialized(step: Step, record: Activation, event: ChildMaterialized) -> Outcome:
     """Publish a created or resumed child, or roll it back unpublished (CONT-10, TEAR-7)."""
     owner = step.live(record.parent_session)
     refusal: tuple[ErrorCode, str] | None = None
-    if step.lineage_closing(event.lineage):
+    if record.phase is Phase.RESUMING and record.lease is None:
+        refusal = (ErrorCode.ACTIVATION_HELD, "a cold resume without the lease never runs")
+    elif step.lineage_closing(event.lineage):
         refusal = (ErrorCode.DRAINING, "admission closed during materialization")
     elif owner is not None and owner.phase in DISPOSAL_OPEN:
         refusal = (ErrorCode.ACTIVATION_CLOSING, "the parent Activation is being released")
@@ -368,6 +384,9 @@ TRANSITIONS: Final[Mapping[tuple[Phase, type[ChildEvent]], Edge]] = {
     (_P.RESERVED, DescriptorSnapshotted): Edge(None, _P.SNAPSHOTTED),
     (_P.SNAPSHOTTED, ChildPrepared): Edge(_on(_prepared), _P.PREPARED, _P.ABSENT),
     (_P.ABSENT, ColdResumeStarted): Edge(_on(_resume_started), _P.RESUMING, _P.ABSENT),
+    # A cold resume materializes only under the child's lease (LEASE-1, LEASE-2).
+    (_P.RESUMING, LeaseAcquired): Edge(_on(_lease_acquired), _P.RESUMING),
+    (_P.RESUMING, LeaseRefused): Edge(_on(_lease_refused), None, _P.ABSENT),
     (_P.PREPARED, ChildMaterialized): Edge(_on(_materialized), _P.MATERIALIZED, _P.ABSENT),
     (_P.RESUMING, ChildMaterialized): Edge(_on(_materialized), _P.MATERIALIZED, _P.ABSENT),
     # Rollback before acceptance: unpublished vanishes; published is disposed (CONT-9);
@@ -449,6 +468,8 @@ def apply(state: ManagerState, event: Event) -> tuple[ManagerState, tuple[Effect
             | DescriptorSnapshotted()
             | ChildPrepared()
             | ColdResumeStarted()
+            | LeaseAcquired()
+            | LeaseRefused()
             | ChildMaterialized()
             | StartRolledBack()
             | FollowupRequested()

@@ -9,7 +9,9 @@ Theory of operation
    directly. Ids, run ids, message ids and identity tokens are all supplied by events.
 3. ``Phase.ABSENT`` stands for "no Activation record", so the transition table is total
    over one enum. A start moves RESERVED -> SNAPSHOTTED -> PREPARED -> MATERIALIZED
-   (published) -> RESIDENT (first accepted delivery); a cold resume enters at RESUMING.
+   (published) -> RESIDENT (first accepted delivery); a cold resume enters at RESUMING and
+   materializes only after ``LeaseAcquired`` (the store's per-child lease, its epoch fencing
+   every append); ``LeaseRefused`` (held by another live harness) drops it.
    Teardown moves DISPOSING (cutoff) -> FLUSHING (children released) -> RELEASING (flush
    reported) -> ABSENT (handle disposed).
 4. ``Trigger`` names the derivations that move a phase inside another event (settlement,
@@ -110,6 +112,24 @@ class ColdResumeStarted:
     event_id: EventId
     child_id: SessionId
     parent_session: SessionId | None
+
+
+@attrs.frozen
+class LeaseAcquired:
+    """The store granted this harness the child's lease at ``epoch`` (LEASE-1)."""
+
+    event_id: EventId
+    child_id: SessionId
+    epoch: int
+
+
+@attrs.frozen
+class LeaseRefused:
+    """The child's lease is held by another live harness; ``reason`` names it (LEASE-2)."""
+
+    event_id: EventId
+    child_id: SessionId
+    reason: str
 
 
 @attrs.frozen
@@ -227,6 +247,8 @@ ChildEvent: TypeAlias = (
     | DescriptorSnapshotted
     | ChildPrepared
     | ColdResumeStarted
+    | LeaseAcquired
+    | LeaseRefused
     | ChildMaterialized
     | StartRolledBack
     | FollowupRequested

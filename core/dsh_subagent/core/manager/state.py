@@ -66,6 +66,7 @@ class Activation:
     agent: AgentRef | None = None
     lineage: frozenset[AgentRef] = frozenset()
     epoch: int = 0
+    lease: int | None = None
     run_id: RunId | None = None
     status: AgentStatus = AgentStatus.IDLE
     accepted: frozenset[MessageId] = frozenset()

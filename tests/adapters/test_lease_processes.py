@@ -1,0 +1,219 @@
+"""One Activation per child across real OS processes on one SQLite file (LEASE-1..6).
+
+Each worker is a Python process with its own harness over the same store. Workers report
+``ready``, then wait on their stdin: the test releases them together (the barrier). A worker
+whose follow-up or start is accepted holds its Activation (a gated model) until the test has
+every outcome, so the others meet a held lease, deterministically; then every worker lets
+its child finish, drains and closes. The store is read afterwards by this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from dsh_subagent.adapters.reference.persistence import open_turn
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
+from dsh_subagent.core import wire
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.values import USER_MESSAGE, SessionEvent, SessionId, text_of
+from tests.adapters.continuation_harness import Harness, run
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILD = SessionId("c")
+T = TypeVar("T")
+
+WORKER = """
+import asyncio, sys
+sys.path.insert(0, {root!r})
+from tests.adapters.continuation_harness import Harness, text
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
+from dsh_subagent.core.errors import SubagentError
+from dsh_subagent.core.values import CoordinatorSource, SessionId
+
+async def main():
+    mode, name = sys.argv[1], sys.argv[2]
+    loop = asyncio.get_running_loop()
+    db = await SqlitePersistence.open({path!r})
+    h = Harness(db)
+    gate = Gate()
+    h.script("c", Gated(gate, reply("done " + name)))
+    if mode == "hold":
+        await db.acquire(SessionId("c"))
+    root = await h.root("root-" + name) if mode == "start" else None
+    print("ready", flush=True)
+    await loop.run_in_executor(None, sys.stdin.readline)  # the barrier
+    try:
+        if mode == "followup":
+            grant = h.manager.user_authority()
+            source = CoordinatorSource(SessionId("root"))
+            await h.manager.followup(SessionId("c"), text(name), grant, source=source)
+        elif mode == "start":
+            await h.manager.start_continuable(h.spec(root, name, child_id="c"))
+        outcome = "accepted"
+    except SubagentError as error:
+        outcome = error.code.value
+    print(outcome, flush=True)
+    await loop.run_in_executor(None, sys.stdin.readline)  # every outcome is in
+    gate.open()
+    await h.quiet()
+    await h.manager.drain()
+    await db.close()
+    print("closed", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def _spawn(path: Path, mode: str, name: str) -> subprocess.Popen[str]:
+    script = WORKER.format(root=str(ROOT), path=str(path))
+    return subprocess.Popen(
+        [sys.executable, "-c", script, mode, name],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _line(worker: subprocess.Popen[str]) -> str:
+    assert worker.stdout is not None
+    return worker.stdout.readline().strip()
+
+
+def _send(worker: subprocess.Popen[str]) -> None:
+    assert worker.stdin is not None
+    worker.stdin.write("\n")
+    worker.stdin.flush()
+
+
+def _race(path: Path, mode: str, names: Sequence[str]) -> dict[str, str]:
+    """Line the workers up, release them together, collect outcomes, let them finish."""
+    workers = {name: _spawn(path, mode, name) for name in names}
+    try:
+        assert [_line(w) for w in workers.values()] == ["ready"] * len(workers)
+        for worker in workers.values():
+            _send(worker)
+        outcomes = {name: _line(worker) for name, worker in workers.items()}
+        for worker in workers.values():
+            _send(worker)
+        for worker in workers.values():
+            assert _line(worker) == "closed"
+            assert worker.wait(timeout=60) == 0
+        return outcomes
+    finally:
+        for worker in workers.values():
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+
+
+def _user_texts(events: Sequence[SessionEvent]) -> list[str]:
+    texts = []
+    for event in events:
+        if event.type == USER_MESSAGE:
+            data = event.data
+            assert isinstance(data, dict)
+            texts.append(text_of(wire.decode_message(data["message"], "message").content[:1]))
+    return texts
+
+
+def _cold_child(path: Path) -> None:
+    """A store holding the root and a settled, released child ``c`` (its lease released)."""
+
+    async def main() -> None:
+        db = await SqlitePersistence.open(path)
+        h = Harness(db)
+        root = await h.root()
+        await h.start(root, "c", "first")
+        await h.quiet()
+        await h.manager.drain()
+        await h.store.flush(root.session)
+        await db.close()
+
+    run(main)
+
+
+async def _record(path: Path) -> tuple[list[str], int]:
+    db = await SqlitePersistence.open(path)
+    try:
+        record = await db.inspect(CHILD)
+        assert open_turn(CHILD, record.events) is None  # balanced
+        lease = await db.acquire(CHILD)  # released: free now, at the next epoch
+        return _user_texts(record.events), lease.epoch
+    finally:
+        await db.close()
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_lease_1_lease_2_concurrent_cold_followups_get_one_activation(
+    tmp_path: Path, count: int
+) -> None:
+    path = tmp_path / "sessions.db"
+    _cold_child(path)
+    names = [f"w{index}" for index in range(count)]
+    outcomes = _race(path, "followup", names)
+    accepted = [name for name, outcome in outcomes.items() if outcome == "accepted"]
+    assert len(accepted) == 1, outcomes
+    refused = {outcome for name, outcome in outcomes.items() if name not in accepted}
+    assert refused == {ErrorCode.ACTIVATION_HELD.value}
+    texts, epoch = run_value(_record(path))
+    assert texts == ["first", accepted[0]]  # every accepted follow-up exactly once
+    assert epoch == 3  # reservation, the accepted resume, this probe: one grant each
+
+
+def test_lease_4_two_processes_starting_one_new_id_one_is_duplicate(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    outcomes = _race(path, "start", ["a", "b"])
+    assert sorted(outcomes.values()) == sorted(["accepted", ErrorCode.DUPLICATE_CHILD.value])
+    (winner,) = [name for name, outcome in outcomes.items() if outcome == "accepted"]
+
+    async def check() -> None:
+        db = await SqlitePersistence.open(path)
+        try:
+            record = await db.inspect(CHILD)
+            assert record.header.parent_session == f"root-{winner}"
+            assert open_turn(CHILD, record.events) is None
+            assert _user_texts(record.events) == [winner]
+            with pytest.raises(SubagentError) as caught:
+                await db.reserve(CHILD)
+            assert caught.value.code is ErrorCode.DUPLICATE_CHILD
+        finally:
+            await db.close()
+
+    run_value(check())
+
+
+def test_lease_5_a_killed_holder_on_this_host_is_taken_over_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    _cold_child(path)
+    holder = _spawn(path, "hold", "h")
+    try:
+        assert _line(holder) == "ready"
+
+        async def refused() -> None:
+            db = await SqlitePersistence.open(path)
+            try:
+                with pytest.raises(SubagentError) as caught:
+                    await db.acquire(CHILD)
+                assert caught.value.code is ErrorCode.ACTIVATION_HELD
+            finally:
+                await db.close()
+
+        run_value(refused())
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    _texts, epoch = run_value(_record(path))  # no expiry waited for: the pid is gone
+    assert epoch == 3
+
+
+def run_value(coro: Coroutine[object, object, T]) -> T:
+    return asyncio.run(coro)
