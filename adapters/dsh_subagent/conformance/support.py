@@ -13,14 +13,20 @@ Theory of operation
    override the ``dsh_harness`` fixture. Without either, the reference harness is checked.
 4. ``ModelBook`` is the hook the suite passes: one scripted model per agent id, answering a
    plain "ok" once an agent's script is exhausted.
+5. Every await of a test is bounded (``--dsh-timeout``, default ``DEFAULT_TIME_BOUND``): a
+   harness that never reaches a gate or never goes idle fails with ``TimeBoundExceeded``,
+   naming the awaits still pending (test line first, innermost last), instead of hanging.
+   ``run`` bounds a whole test body; ``bounded`` one await on a loop the test owns.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+import linecache
+from collections.abc import Awaitable, Callable, Coroutine
+from types import CoroutineType
+from typing import Any, TypeVar
 
 from dsh_subagent.adapters.protocols import Model, ModelRequest, ModelStep
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
@@ -75,13 +81,69 @@ def load_factory(path: str) -> HarnessFactory:
     return factory
 
 
-def run(main: Callable[[], Awaitable[T]]) -> T:
-    """Run one test body on a fresh event loop."""
-
-    async def body() -> T:
-        return await main()
-
-    return asyncio.run(body())
+DEFAULT_TIME_BOUND = 30.0
+"""Seconds one conformance test may wait before it fails (``--dsh-timeout`` overrides)."""
 
 
-__all__ = ["HarnessFactory", "ModelBook", "load_factory", "reference_harness", "run"]
+class TimeBoundExceeded(AssertionError):
+    """A conformance await did not complete within the time bound."""
+
+
+def time_bound() -> float:
+    """The configured bound: ``--dsh-timeout`` when the plugin is loaded, else the default."""
+    from dsh_subagent.conformance import plugin
+
+    return plugin.time_bound or DEFAULT_TIME_BOUND
+
+
+def _pending(task: asyncio.Task[Any]) -> list[str]:
+    """The chain of awaits ``task`` is suspended in, outermost first, as ``file:line source``."""
+    chain: list[str] = []
+    awaited: object = task.get_coro()
+    while isinstance(awaited, CoroutineType) and awaited.cr_frame is not None:
+        frame = awaited.cr_frame
+        code = frame.f_code
+        source = linecache.getline(code.co_filename, frame.f_lineno).strip()
+        if "/asyncio/" not in code.co_filename:
+            name = code.co_filename.rsplit("/", 1)[-1]
+            chain.append(f"{name}:{frame.f_lineno} in {code.co_qualname}: {source}")
+        awaited = awaited.cr_await
+    return chain
+
+
+async def _bounded(awaitable: Awaitable[T], seconds: float) -> T:
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if done:
+        return task.result()
+    chain = _pending(task)
+    task.cancel()
+    await asyncio.wait({task}, timeout=1.0)  # let it unwind; a harness may swallow cancels
+    never = chain[-1] if chain else "the test body"
+    raise TimeBoundExceeded(
+        f"not reached within {seconds:g}s (--dsh-timeout): {never}"
+        + "".join(f"\n  awaiting {step}" for step in chain)
+    )
+
+
+def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run one test body on a fresh event loop, failing it after ``time_bound()`` seconds."""
+    return asyncio.run(_bounded(main(), time_bound()))
+
+
+def bounded(loop: asyncio.AbstractEventLoop, awaitable: Awaitable[T]) -> T:
+    """Run one await to completion on ``loop`` (a loop the test owns), within the bound."""
+    return loop.run_until_complete(_bounded(awaitable, time_bound()))
+
+
+__all__ = [
+    "DEFAULT_TIME_BOUND",
+    "HarnessFactory",
+    "ModelBook",
+    "TimeBoundExceeded",
+    "bounded",
+    "load_factory",
+    "reference_harness",
+    "run",
+    "time_bound",
+]
