@@ -7,10 +7,9 @@ name the await that was not reached, never hang.
 
 from __future__ import annotations
 
-from dsh_subagent.adapters.protocols import Model, ModelRequest, ModelStep
+from dsh_subagent.adapters.protocols import Model, ModelRequest, ModelStep, Session
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.adapters.reference.scripted_model import reply
-from dsh_subagent.adapters.reference.session import LiveSession
 from dsh_subagent.conformance.support import ModelFor
 from dsh_subagent.core.values import AgentOptions
 
@@ -22,7 +21,7 @@ class ScriptIgnoringModel:
         return reply("ok")
 
 
-def _ignore_the_book(_session: LiveSession, _options: AgentOptions) -> Model:
+def _ignore_the_book(_session: Session, _options: AgentOptions) -> Model:
     return ScriptIgnoringModel()
 
 

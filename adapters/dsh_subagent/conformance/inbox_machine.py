@@ -30,8 +30,7 @@ from dsh_subagent.adapters.protocols import (
     InboxNotification,
     create_user_message,
 )
-from dsh_subagent.adapters.reference.harness import ReferenceHarness
-from dsh_subagent.conformance.support import HarnessFactory, ModelBook, bounded
+from dsh_subagent.conformance.support import HarnessFactory, HarnessUnderTest, ModelBook, bounded
 from dsh_subagent.core.values import CancelKind, MessageId, TextBlock
 from dsh_subagent.spec.inbox import MessageLedger, ledger_of
 
@@ -44,7 +43,7 @@ class InboxMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
-        self.harness: ReferenceHarness = bounded(self.loop, self.factory(ModelBook(), None))
+        self.harness: HarnessUnderTest = bounded(self.loop, self.factory(ModelBook(), None))
         self.agent: Agent = bounded(self.loop, self.harness.create_agent("m"))
         self.log: list[tuple[str, MessageId]] = []
         self.count = 0

@@ -4,9 +4,11 @@ Theory of operation
 -------------------
 1. A harness under test is a ``HarnessFactory``: an async callable taking the suite's model
    hook (``model_for(session, options) -> Model``) and an optional SQLite path, and returning
-   an opened ``ReferenceHarness`` (store, registry, persistence, service, ``create_agent``,
-   ``resume_agent``, ``close``) whose agents answer from that hook. The service, registry and
-   store are the seam's own; what a port supplies is the agent loop behind them.
+   an opened ``HarnessUnderTest`` whose agents answer from that hook. That protocol is all the
+   suite touches: a ``SubagentService`` wired to the harness, its ``AgentRegistry`` and live
+   ``SessionStore`` (as the seam's protocols describe them, plus ``session/disposed``), and
+   ``create_agent`` / ``resume_agent`` / ``close``. ``ReferenceHarness`` satisfies it; a port
+   that replaces the agent loop, the registry or the store satisfies it just as well.
 2. The suite scripts every agent through the hook with our ``ModelStep`` vocabulary; a
    harness on another framework translates those steps (see ``adapters.pydantic_ai.bridge``).
 3. ``--dsh-harness=module:factory`` selects a factory by import path; a conftest may instead
@@ -26,18 +28,61 @@ import importlib
 import linecache
 from collections.abc import Awaitable, Callable, Coroutine
 from types import CoroutineType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from dsh_subagent.adapters.protocols import Model, ModelRequest, ModelStep
+from dsh_subagent.adapters.protocols import (
+    Agent,
+    AgentRegistry,
+    Model,
+    ModelRequest,
+    ModelStep,
+    Session,
+    SessionStore,
+)
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.adapters.reference.scripted_model import ScriptedModel, ScriptItem, reply
-from dsh_subagent.adapters.reference.session import LiveSession
+from dsh_subagent.adapters.service import SubagentService
+from dsh_subagent.adapters.signals import Subscribable
 from dsh_subagent.core.errors import invalid
 from dsh_subagent.core.values import AgentOptions, SessionId
 
 T = TypeVar("T")
-ModelFor = Callable[[LiveSession, AgentOptions], Model]
-HarnessFactory = Callable[[ModelFor, "str | None"], Awaitable[ReferenceHarness]]
+ModelFor = Callable[[Session, AgentOptions], Model]
+
+
+class StoreUnderTest(SessionStore, Protocol):
+    """The live session store, with the ``session/disposed`` emitter (HARNESS-18, -19)."""
+
+    @property
+    def disposed(self) -> Subscribable[Session]: ...
+
+
+class HarnessUnderTest(Protocol):
+    """What the conformance suite needs from an opened harness, and nothing more."""
+
+    @property
+    def store(self) -> StoreUnderTest: ...
+
+    @property
+    def registry(self) -> AgentRegistry: ...
+
+    @property
+    def service(self) -> SubagentService: ...
+
+    async def create_agent(self, session_id: str) -> Agent:
+        """Create and publish a top-level agent."""
+        ...
+
+    async def resume_agent(self, session_id: str) -> Agent:
+        """Resume a persisted top-level agent from its log (HARNESS-17)."""
+        ...
+
+    async def close(self) -> None:
+        """Drain the service, dispose every agent, close persistence."""
+        ...
+
+
+HarnessFactory = Callable[[ModelFor, "str | None"], Awaitable[HarnessUnderTest]]
 """``factory(model_for, db) -> opened harness`` (``db`` is a SQLite path or ``None``)."""
 
 
@@ -63,7 +108,7 @@ class ModelBook:
         """Append steps to ``agent``'s script."""
         self.model(agent).extend(items)
 
-    def __call__(self, session: LiveSession, _options: AgentOptions) -> Model:
+    def __call__(self, session: Session, _options: AgentOptions) -> Model:
         return self.model(session.id)
 
 
@@ -139,7 +184,10 @@ def bounded(loop: asyncio.AbstractEventLoop, awaitable: Awaitable[T]) -> T:
 __all__ = [
     "DEFAULT_TIME_BOUND",
     "HarnessFactory",
+    "HarnessUnderTest",
     "ModelBook",
+    "ModelFor",
+    "StoreUnderTest",
     "TimeBoundExceeded",
     "bounded",
     "load_factory",
