@@ -83,9 +83,26 @@ def diagram(out: Path) -> None:
 
 
 @cli.command()
-@click.option("--examples", default=200, show_default=True, help="Sequences to run.")
-@click.option("--steps", default=30, show_default=True, help="Maximum steps per sequence.")
-@click.option("--seed", type=int, default=None, help="Seed for a reproducible run.")
+@click.option(
+    "--examples",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Sequences to run.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=30,
+    show_default=True,
+    help="Maximum steps per sequence.",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Seed for a reproducible run (default: drawn, and printed).",
+)
 @click.option(
     "--machine",
     type=click.Choice(["core", "service", "both"]),
@@ -93,11 +110,47 @@ def diagram(out: Path) -> None:
     show_default=True,
     help="The core lockstep machine, the service machine over the real harness, or both.",
 )
-def verify(examples: int, steps: int, seed: int | None, machine: str) -> None:
-    """Run the stateful machines and print how often each invariant was checked."""
-    from dsh_subagent.cli.verify import run_verify
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document as the report.")
+@click.option(
+    "--junit-xml",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write a JUnit XML report (one test case per invariant per machine).",
+)
+@click.option(
+    "--cache-dir",
+    default=None,
+    metavar="DIR|off",
+    help="Where Hypothesis keeps its files (default: the user cache directory; off: none).",
+)
+@click.option(
+    "--allow-vacuous", is_flag=True, help="Do not fail on an invariant that was never checked."
+)
+def verify(
+    *,
+    examples: int,
+    steps: int,
+    seed: int | None,
+    machine: str,
+    as_json: bool,
+    junit_xml: Path | None,
+    cache_dir: str | None,
+    allow_vacuous: bool,
+) -> None:
+    """Run the stateful machines and report how often each invariant was checked."""
+    from dsh_subagent.cli.verify import default_cache_dir, run_verify
 
-    if not run_verify(examples=examples, steps=steps, seed=seed, machine=machine):
+    passed = run_verify(
+        examples=examples,
+        steps=steps,
+        seed=seed,
+        machine=machine,
+        as_json=as_json,
+        junit_xml=junit_xml,
+        cache_dir=cache_dir or str(default_cache_dir()),
+        allow_vacuous=allow_vacuous,
+    )
+    if not passed:
         sys.exit(1)
 
 

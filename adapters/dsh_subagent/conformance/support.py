@@ -4,34 +4,85 @@ Theory of operation
 -------------------
 1. A harness under test is a ``HarnessFactory``: an async callable taking the suite's model
    hook (``model_for(session, options) -> Model``) and an optional SQLite path, and returning
-   an opened ``ReferenceHarness`` (store, registry, persistence, service, ``create_agent``,
-   ``resume_agent``, ``close``) whose agents answer from that hook. The service, registry and
-   store are the seam's own; what a port supplies is the agent loop behind them.
+   an opened ``HarnessUnderTest`` whose agents answer from that hook. That protocol is all the
+   suite touches: a ``SubagentService`` wired to the harness, its ``AgentRegistry`` and live
+   ``SessionStore`` (as the seam's protocols describe them, plus ``session/disposed``), and
+   ``create_agent`` / ``resume_agent`` / ``close``. ``ReferenceHarness`` satisfies it; a port
+   that replaces the agent loop, the registry or the store satisfies it just as well.
 2. The suite scripts every agent through the hook with our ``ModelStep`` vocabulary; a
    harness on another framework translates those steps (see ``adapters.pydantic_ai.bridge``).
 3. ``--dsh-harness=module:factory`` selects a factory by import path; a conftest may instead
    override the ``dsh_harness`` fixture. Without either, the reference harness is checked.
 4. ``ModelBook`` is the hook the suite passes: one scripted model per agent id, answering a
    plain "ok" once an agent's script is exhausted.
+5. Every await of a test is bounded (``--dsh-timeout``, default ``DEFAULT_TIME_BOUND``): a
+   harness that never reaches a gate or never goes idle fails with ``TimeBoundExceeded``,
+   naming the awaits still pending (test line first, innermost last), instead of hanging.
+   ``run`` bounds a whole test body; ``bounded`` one await on a loop the test owns.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+import linecache
+from collections.abc import Awaitable, Callable, Coroutine
+from types import CoroutineType
+from typing import Any, Protocol, TypeVar
 
-from dsh_subagent.adapters.protocols import Model, ModelRequest, ModelStep
+from dsh_subagent.adapters.protocols import (
+    Agent,
+    AgentRegistry,
+    Model,
+    ModelRequest,
+    ModelStep,
+    Session,
+    SessionStore,
+)
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.adapters.reference.scripted_model import ScriptedModel, ScriptItem, reply
-from dsh_subagent.adapters.reference.session import LiveSession
+from dsh_subagent.adapters.service import SubagentService
+from dsh_subagent.adapters.signals import Subscribable
 from dsh_subagent.core.errors import invalid
 from dsh_subagent.core.values import AgentOptions, SessionId
 
 T = TypeVar("T")
-ModelFor = Callable[[LiveSession, AgentOptions], Model]
-HarnessFactory = Callable[[ModelFor, "str | None"], Awaitable[ReferenceHarness]]
+ModelFor = Callable[[Session, AgentOptions], Model]
+
+
+class StoreUnderTest(SessionStore, Protocol):
+    """The live session store, with the ``session/disposed`` emitter (HARNESS-18, -19)."""
+
+    @property
+    def disposed(self) -> Subscribable[Session]: ...
+
+
+class HarnessUnderTest(Protocol):
+    """What the conformance suite needs from an opened harness, and nothing more."""
+
+    @property
+    def store(self) -> StoreUnderTest: ...
+
+    @property
+    def registry(self) -> AgentRegistry: ...
+
+    @property
+    def service(self) -> SubagentService: ...
+
+    async def create_agent(self, session_id: str) -> Agent:
+        """Create and publish a top-level agent."""
+        ...
+
+    async def resume_agent(self, session_id: str) -> Agent:
+        """Resume a persisted top-level agent from its log (HARNESS-17)."""
+        ...
+
+    async def close(self) -> None:
+        """Drain the service, dispose every agent, close persistence."""
+        ...
+
+
+HarnessFactory = Callable[[ModelFor, "str | None"], Awaitable[HarnessUnderTest]]
 """``factory(model_for, db) -> opened harness`` (``db`` is a SQLite path or ``None``)."""
 
 
@@ -57,7 +108,7 @@ class ModelBook:
         """Append steps to ``agent``'s script."""
         self.model(agent).extend(items)
 
-    def __call__(self, session: LiveSession, _options: AgentOptions) -> Model:
+    def __call__(self, session: Session, _options: AgentOptions) -> Model:
         return self.model(session.id)
 
 
@@ -75,13 +126,72 @@ def load_factory(path: str) -> HarnessFactory:
     return factory
 
 
-def run(main: Callable[[], Awaitable[T]]) -> T:
-    """Run one test body on a fresh event loop."""
-
-    async def body() -> T:
-        return await main()
-
-    return asyncio.run(body())
+DEFAULT_TIME_BOUND = 30.0
+"""Seconds one conformance test may wait before it fails (``--dsh-timeout`` overrides)."""
 
 
-__all__ = ["HarnessFactory", "ModelBook", "load_factory", "reference_harness", "run"]
+class TimeBoundExceeded(AssertionError):
+    """A conformance await did not complete within the time bound."""
+
+
+def time_bound() -> float:
+    """The configured bound: ``--dsh-timeout`` when the plugin is loaded, else the default."""
+    from dsh_subagent.conformance import plugin
+
+    return plugin.time_bound or DEFAULT_TIME_BOUND
+
+
+def _pending(task: asyncio.Task[Any]) -> list[str]:
+    """The chain of awaits ``task`` is suspended in, outermost first, as ``file:line source``."""
+    chain: list[str] = []
+    awaited: object = task.get_coro()
+    while isinstance(awaited, CoroutineType) and awaited.cr_frame is not None:
+        frame = awaited.cr_frame
+        code = frame.f_code
+        source = linecache.getline(code.co_filename, frame.f_lineno).strip()
+        if "/asyncio/" not in code.co_filename:
+            name = code.co_filename.rsplit("/", 1)[-1]
+            chain.append(f"{name}:{frame.f_lineno} in {code.co_qualname}: {source}")
+        awaited = awaited.cr_await
+    return chain
+
+
+async def _bounded(awaitable: Awaitable[T], seconds: float) -> T:
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if done:
+        return task.result()
+    chain = _pending(task)
+    task.cancel()
+    await asyncio.wait({task}, timeout=1.0)  # let it unwind; a harness may swallow cancels
+    never = chain[-1] if chain else "the test body"
+    raise TimeBoundExceeded(
+        f"not reached within {seconds:g}s (--dsh-timeout): {never}"
+        + "".join(f"\n  awaiting {step}" for step in chain)
+    )
+
+
+def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run one test body on a fresh event loop, failing it after ``time_bound()`` seconds."""
+    return asyncio.run(_bounded(main(), time_bound()))
+
+
+def bounded(loop: asyncio.AbstractEventLoop, awaitable: Awaitable[T]) -> T:
+    """Run one await to completion on ``loop`` (a loop the test owns), within the bound."""
+    return loop.run_until_complete(_bounded(awaitable, time_bound()))
+
+
+__all__ = [
+    "DEFAULT_TIME_BOUND",
+    "HarnessFactory",
+    "HarnessUnderTest",
+    "ModelBook",
+    "ModelFor",
+    "StoreUnderTest",
+    "TimeBoundExceeded",
+    "bounded",
+    "load_factory",
+    "reference_harness",
+    "run",
+    "time_bound",
+]

@@ -19,10 +19,9 @@ from dsh_subagent.adapters.protocols import (
     InboxNotification,
     create_user_message,
 )
-from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, fail, hit_max_tokens, reply
 from dsh_subagent.adapters.signals import AbortSignal, Scope
-from dsh_subagent.conformance.support import HarnessFactory, ModelBook, run
+from dsh_subagent.conformance.support import HarnessFactory, HarnessUnderTest, ModelBook, run
 from dsh_subagent.core import wire
 from dsh_subagent.core.values import (
     INBOX_SPLICED,
@@ -62,7 +61,7 @@ def reasons(agent: Agent) -> list[TurnEndReason]:
     return [wire.turn_end_reason(e.data) for e in agent.session.events if e.type == TURN_END]
 
 
-async def opened(factory: HarnessFactory, book: ModelBook) -> ReferenceHarness:
+async def opened(factory: HarnessFactory, book: ModelBook) -> HarnessUnderTest:
     return await factory(book, None)
 
 

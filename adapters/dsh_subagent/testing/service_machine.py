@@ -100,6 +100,15 @@ def _is_child(agent: ReferenceAgent) -> bool:
 class ServiceMachine(RuleBasedStateMachine):
     """Drives the real service; checks the seam's invariants on its observable trace."""
 
+    CHECKED: ClassVar[dict[str, str]] = {
+        "SVC-END-1": "",
+        "SVC-DEPTH-1": "INV-DEPTH-1",
+        "SVC-INBOX-1": "INV-INBOX-1",
+        "SVC-DUR-1": "",
+        "SVC-ORPHAN-1": "",
+        "SVC-DUR-2": "",
+    }
+    """Every invariant the machine checks, with the spec invariant whose predicate it uses."""
     totals: ClassVar[collections.Counter[str]] = collections.Counter()
     violated: ClassVar[set[str]] = set()
     children = Bundle("children")  # continuable children ever accepted

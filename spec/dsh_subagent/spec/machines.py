@@ -8,8 +8,16 @@ Hypothesis draws event sequences (rules are named after the events); after every
   event (for its child) followed by state-triggered edges — and the chart instance, driven
   along that path, must land where the core did; an event the core refuses as illegal must
   have no edge in the chart;
-- every state and trace invariant of ``dsh_subagent.spec.invariants`` must hold.
+- every state and trace invariant of ``dsh_subagent.spec.invariants`` must hold;
+- INV-INBOX-1 over the core's own inbox bookkeeping: each Activation's ``accepted`` set, read
+  as a notification ledger (a message entering it is "inserted", leaving it on a
+  ``MessageClaimed`` is a claim, on anything else a discard), must be a valid ledger, and a
+  record may go away with messages pending only on ``DisposalFinished`` (the harness's
+  dispose discarded them, HARNESS-18).
 A ``drain_to_completion`` rule tears everything down and checks the "eventually" obligations.
+``CHECKED`` names every invariant the machine checks (``verify`` reports each, 0 checks as a
+vacuous run). INV-DEPTH-1 is not among them: the core keeps no delegation depth, so the
+service machine (``dsh_subagent.testing``) checks it over the real harness.
 """
 
 from __future__ import annotations
@@ -65,9 +73,17 @@ from dsh_subagent.core.notices import EpochOutcome
 from dsh_subagent.core.teardown import FlushOutcome
 from dsh_subagent.core.values import EventId, KnownStop, MessageId, RunId, SessionId
 from dsh_subagent.spec.charts import ActivationChart, edges
-from dsh_subagent.spec.invariants import TraceStep, check_state, check_trace
+from dsh_subagent.spec.invariants import (
+    STATE_INVARIANTS,
+    TRACE_INVARIANTS,
+    TraceStep,
+    check_state,
+    check_trace,
+    inbox_violations,
+)
 
 CHART_EDGES = edges(ActivationChart)
+INBOX = "INV-INBOX-1"
 TRIGGERED = frozenset(trigger.value for trigger in Trigger)
 ROOT = AgentRef(SessionId("root"), 1)
 CHILD_NAMES = [SessionId(n) for n in ("a", "b", "c", "d")]
@@ -94,6 +110,10 @@ def _path(old: Phase, new: Phase, first: str | None) -> list[str] | None:
 class CoreMachine(RuleBasedStateMachine):
     """Drives ``manager.apply`` and one ``ActivationChart`` per child in lockstep."""
 
+    CHECKED: ClassVar[tuple[str, ...]] = (
+        *(inv.id for inv in STATE_INVARIANTS + TRACE_INVARIANTS),
+        INBOX,
+    )
     totals: ClassVar[collections.Counter[str]] = collections.Counter()
     """Checks per invariant ID across every instance since the last ``reset_counts``."""
     violated: ClassVar[set[str]] = set()
@@ -111,6 +131,11 @@ class CoreMachine(RuleBasedStateMachine):
         self.ids = itertools.count()
         self.tokens = itertools.count(2)
         self.checks: collections.Counter[str] = collections.Counter()
+        # Per child, the inbox ledger of its current Activation (INV-INBOX-1), and the
+        # problems found in ledgers already closed by their record going away.
+        self.inboxes: dict[SessionId, list[tuple[str, MessageId]]] = {}
+        self.inbox_problems: list[str] = []
+        self.arrivals: collections.Counter[tuple[SessionId, MessageId]] = collections.Counter()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -151,8 +176,34 @@ class CoreMachine(RuleBasedStateMachine):
             for step in path:
                 chart.send(step, admission_lost=lost)
             assert chart.current_state_value is new
+        self._follow_inboxes(event, after)
         self.trace.append(TraceStep(event, effects, self.state, after))
         self.state = after
+
+    def _follow_inboxes(self, event: Event, after: ManagerState) -> None:
+        """Extend each child's ledger with how its ``accepted`` set changed (INV-INBOX-1)."""
+        left = {"MessageClaimed": "claimed"}.get(type(event).__name__, "discarded")
+        for child in {*self.state.activations, *after.activations}:
+            old = self.state.activations.get(child)
+            new = after.activations.get(child)
+            before = old.accepted if old else frozenset()
+            now = new.accepted if new else frozenset()
+            ledger = self.inboxes.setdefault(child, [])
+            for m in sorted(now - before):
+                self.arrivals[child, m] += 1
+            ledger += [("inserted", self._arrival(child, m)) for m in sorted(now - before)]
+            if new is None:  # the record went away: its ledger closes, nothing may be pending
+                if isinstance(event, DisposalFinished):
+                    ledger += [("discarded", self._arrival(child, m)) for m in sorted(before)]
+                problems = inbox_violations(ledger, complete=True)
+                self.inbox_problems += [f"{child}: {p}" for p in problems]
+                del self.inboxes[child]
+            else:
+                ledger += [(left, self._arrival(child, m)) for m in sorted(before - now)]
+
+    def _arrival(self, child: SessionId, message: MessageId) -> MessageId:
+        """The machine reuses message ids; each arrival of one is a distinct message."""
+        return MessageId(f"{message}#{self.arrivals[child, message]}")
 
     # ------------------------------------------------------------------ rules
 
@@ -329,9 +380,15 @@ class CoreMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ invariants
 
     def _check(self, *, complete: bool = False) -> None:
+        inbox = self.inbox_problems + [
+            f"{child}: {problem}"
+            for child, ledger in self.inboxes.items()
+            for problem in inbox_violations(ledger, complete=complete)
+        ]
         for inv_id, found in {
             **check_state(self.state),
             **check_trace(self.trace, complete=complete),
+            INBOX: inbox,
         }.items():
             self.checks[inv_id] += 1
             CoreMachine.totals[inv_id] += 1
