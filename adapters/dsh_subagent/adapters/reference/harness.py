@@ -156,9 +156,10 @@ class ReferenceHarness:
     ) -> None:
         await self.close()
 
-    def __del__(self) -> None:
+    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
+        # ``_warn`` is bound at definition: module globals may be gone at interpreter exit.
         if not getattr(self, "_closed", True):  # a half-built harness has nothing to close
-            warnings.warn(
+            _warn(
                 f"unclosed {self!r}: call `await harness.close()` or use `async with`",
                 ResourceWarning,
                 stacklevel=1,
