@@ -60,6 +60,7 @@ _EXPORTS: dict[str, str] = {
     "ContinuableStart": "dsh_subagent.adapters.continuation_types",
     "ContinuableStartSpec": "dsh_subagent.adapters.continuation_types",
     "ControlTools": "dsh_subagent.adapters.tools",
+    "DisposeOnExit": "dsh_subagent.adapters.providers",
     "ForkProvider": "dsh_subagent.adapters.providers",
     "InProcessHost": "dsh_subagent.adapters.providers",
     "JobRegistry": "dsh_subagent.adapters.tools",
@@ -90,11 +91,14 @@ _EXPORTS: dict[str, str] = {
     "ToolOutcome": "dsh_subagent.adapters.protocols",
     "create_user_message": "dsh_subagent.adapters.protocols",
     # the reference harness
+    "HarnessOpening": "dsh_subagent.adapters.reference.harness",
     "InMemoryPersistence": "dsh_subagent.adapters.reference.persistence",
     "NullModel": "dsh_subagent.adapters.reference.scripted_model",
     "ReferenceHarness": "dsh_subagent.adapters.reference.harness",
     "ScriptedModel": "dsh_subagent.adapters.reference.scripted_model",
     "SqlitePersistence": "dsh_subagent.adapters.reference.sqlite_persistence",
+    "call_tool": "dsh_subagent.adapters.reference.scripted_model",
+    "reply": "dsh_subagent.adapters.reference.scripted_model",
 }
 
 # The names are the table's keys (tests/test_exports.py pins both against the imports below).
@@ -150,6 +154,7 @@ if TYPE_CHECKING:
     from dsh_subagent.adapters.protocols import ToolCall as ToolCall
     from dsh_subagent.adapters.protocols import ToolOutcome as ToolOutcome
     from dsh_subagent.adapters.protocols import create_user_message as create_user_message
+    from dsh_subagent.adapters.providers import DisposeOnExit as DisposeOnExit
     from dsh_subagent.adapters.providers import ForkProvider as ForkProvider
     from dsh_subagent.adapters.providers import InProcessHost as InProcessHost
     from dsh_subagent.adapters.providers import OutOfProcessProvider as OutOfProcessProvider
@@ -157,12 +162,15 @@ if TYPE_CHECKING:
     from dsh_subagent.adapters.providers import StartRequest as StartRequest
     from dsh_subagent.adapters.providers import SubagentProvider as SubagentProvider
     from dsh_subagent.adapters.providers import SubagentRun as SubagentRun
+    from dsh_subagent.adapters.reference.harness import HarnessOpening as HarnessOpening
     from dsh_subagent.adapters.reference.harness import ReferenceHarness as ReferenceHarness
     from dsh_subagent.adapters.reference.persistence import (
         InMemoryPersistence as InMemoryPersistence,
     )
     from dsh_subagent.adapters.reference.scripted_model import NullModel as NullModel
     from dsh_subagent.adapters.reference.scripted_model import ScriptedModel as ScriptedModel
+    from dsh_subagent.adapters.reference.scripted_model import call_tool as call_tool
+    from dsh_subagent.adapters.reference.scripted_model import reply as reply
     from dsh_subagent.adapters.reference.sqlite_persistence import (
         SqlitePersistence as SqlitePersistence,
     )

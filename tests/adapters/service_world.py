@@ -14,7 +14,11 @@ from dsh_subagent.adapters.protocols import (
     SessionMeta,
     SessionPersistence,
 )
-from dsh_subagent.adapters.providers.base import ResolvedStartRequest, StartRequest
+from dsh_subagent.adapters.providers.base import (
+    DisposeOnExit,
+    ResolvedStartRequest,
+    StartRequest,
+)
 from dsh_subagent.adapters.providers.fork import ForkProvider
 from dsh_subagent.adapters.providers.in_process import ChildSetup, InProcessHost
 from dsh_subagent.adapters.providers.spawn import SpawnProvider
@@ -130,7 +134,7 @@ def ask(
 ALL = SubagentCapabilities(True, True, True, True)
 
 
-class FakeRun:
+class FakeRun(DisposeOnExit):
     """A provider-made run whose result the test settles."""
 
     def __init__(self, run_id: str, local_agent: Agent | None = None) -> None:

@@ -128,7 +128,7 @@ def test_cont_1_start_continuable_bad_prompt_has_no_side_effect_and_a_retry_star
 
 def test_cont_1_start_continuable_blank_prompt_refused() -> None:
     async def scenario(world: BadInputWorld) -> None:
-        for prompt in (text(""), text(" \n\t"), (), "go", (TextBlock(" "), "raw")):
+        for prompt in (text(""), text(" \n\t"), (), " ", (TextBlock(" "), "raw")):
 
             async def bad(w: BadInputWorld, prompt: object = prompt) -> object:
                 return await start_continuable(w, prompt=prompt)
@@ -174,7 +174,7 @@ def test_cont_30_report_from_bad_content_refused_before_delivery() -> None:
         for content, field in [
             ((DataBlock(cyclic_list()),), "content[0].value[1]"),  # type: ignore[arg-type]
             ((DataBlock(nested(100)),), "content[0].value" + "[0]" * 64),
-            ("words", "content"),
+            (5, "content"),  # a string is one text block, but a number is no content
         ]:
 
             async def bad(w: BadInputWorld, content: object = content) -> object:

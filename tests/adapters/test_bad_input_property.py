@@ -91,7 +91,7 @@ _oversize_text = st.just(_Long("x" * (DEFAULT_LIMITS.message_bytes + 1)))
 _bad_content = st.one_of(
     _bad_json().map(lambda value: (TextBlock("hi"), DataBlock(value))),  # type: ignore[arg-type]
     st.sampled_from(["", " ", "\n\t"]).map(lambda blank: (TextBlock(blank),)),
-    st.sampled_from([(), "text", 5, None, [object()], (TextBlock("ok"), "raw")]),
+    st.sampled_from([(), b"text", 5, None, [object()], (TextBlock("ok"), "raw")]),
     st.sampled_from([b"x", 5, "\ud800"]).map(lambda text: (TextBlock(text),)),  # type: ignore[arg-type]
     _oversize_text.map(lambda text: (TextBlock(text),)),
 )

@@ -54,6 +54,7 @@ from dsh_subagent.core.values import (
     MessageId,
     SessionId,
     ToolFilter,
+    as_content,
 )
 
 _GRANT_KEY: Final = object()
@@ -70,12 +71,15 @@ def refuse_authority(expected: str, field: str = "authority") -> SubagentError:
 
 @attrs.frozen
 class ContinuableStartSpec:
-    """``start_continuable`` input (CONT-1); the prompt is submitted with source ``user``."""
+    """``start_continuable`` input (CONT-1); the prompt is submitted with source ``user``.
+
+    ``prompt`` is content blocks, or a plain string for one text block.
+    """
 
     provider: str
     label: str
     parent: Agent = attrs.field(eq=False)
-    prompt: Content
+    prompt: Content = attrs.field(converter=as_content)
     child_id: SessionId | None = None
     agent_options: AgentOptions | None = None
     max_depth: int | None = None

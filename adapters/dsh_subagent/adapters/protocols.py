@@ -41,6 +41,7 @@ from dsh_subagent.core.values import (
     SessionHeader,
     SessionId,
     UserMessage,
+    as_content,
 )
 from dsh_subagent.core.values import CancelCause as CancelCause  # noqa: PLC0414 (re-export)
 from dsh_subagent.core.values import InboxTarget as InboxTarget  # noqa: PLC0414 (re-export)
@@ -85,9 +86,9 @@ class ToolCall:
     arguments: JsonObject = attrs.field(factory=dict)
 
 
-def create_user_message(content: Content, source: MessageSource = USER_SOURCE) -> UserMessage:
-    """A frozen user message with a fresh random id (HARNESS-12)."""
-    return UserMessage(MessageId(f"msg-{uuid.uuid4().hex}"), tuple(content), source)
+def create_user_message(content: Content | str, source: MessageSource = USER_SOURCE) -> UserMessage:
+    """A frozen user message with a fresh random id (HARNESS-12); a string is one text block."""
+    return UserMessage(MessageId(f"msg-{uuid.uuid4().hex}"), tuple(as_content(content)), source)
 
 
 @attrs.frozen

@@ -132,6 +132,7 @@ from dsh_subagent.core.values import (
     SessionId,
     SubagentResult,
     SubagentStartRequest,
+    as_content,
 )
 
 _log = logging.getLogger(__name__)
@@ -401,15 +402,18 @@ class SubagentService:
     async def followup(
         self,
         child_id: SessionId,
-        content: Content,
+        content: Content | str,
         authority: ParentAgent | UserGrant,
         *,
         source: MessageSource = USER_SOURCE,
         signal: AbortSignal | None = None,
     ) -> MessageId:
-        """Send a continuable child its next turn, waking or cold-resuming it (CONT-14..21)."""
+        """Send a continuable child its next turn, waking or cold-resuming it (CONT-14..21).
+
+        ``content`` is content blocks, or a plain string for one text block.
+        """
         return await self._require_continuations().followup(
-            child_id, content, authority, source=source, signal=signal
+            child_id, as_content(content), authority, source=source, signal=signal
         )
 
     def interrupt(
@@ -422,14 +426,17 @@ class SubagentService:
     def report_from(
         self,
         child: Agent,
-        content: Content,
+        content: Content | str,
         *,
         delivery: ReportDelivery,
         signal: AbortSignal | None = None,
     ) -> MessageId:
-        """Relay a child's report to its durable direct parent (CONT-30..34)."""
+        """Relay a child's report to its durable direct parent (CONT-30..34).
+
+        ``content`` is content blocks, or a plain string for one text block.
+        """
         return self._require_continuations().report_from(
-            child, content, delivery=delivery, signal=signal
+            child, as_content(content), delivery=delivery, signal=signal
         )
 
     def activation_state(self, child_id: SessionId) -> ActivationState | None:

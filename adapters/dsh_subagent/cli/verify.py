@@ -289,17 +289,22 @@ def run_verify(
     console.print(f"seed: {chosen}", markup=False)
     # Planted faults make contained listeners and flushes log warnings by design; the report
     # is the output here, so keep the seam's own logging quiet while the machines run.
-    logging.getLogger("dsh_subagent").setLevel(logging.ERROR)
+    seam_log = logging.getLogger("dsh_subagent")
+    level = seam_log.level
+    seam_log.setLevel(logging.ERROR)
     runners: Sequence[tuple[str, Callable[..., MachineReport]]] = [
         ("core", _run_core),
         ("service", _run_service),
     ]
     reports = []
-    with _hypothesis_files(cache_dir):
-        for name, runner in runners:
-            if machine in (name, "both"):
-                with console.status(f"running the {name} machine"):
-                    reports.append(runner(examples, steps, chosen))
+    try:
+        with _hypothesis_files(cache_dir):
+            for name, runner in runners:
+                if machine in (name, "both"):
+                    with console.status(f"running the {name} machine"):
+                        reports.append(runner(examples, steps, chosen))
+    finally:
+        seam_log.setLevel(level)  # the caller's logging is theirs again (verify runs in-process)
     run = VerifyRun(chosen, examples, steps, machine, allow_vacuous, tuple(reports))
     if as_json:
         click.echo(to_json(run))

@@ -57,6 +57,7 @@ from dsh_subagent.core.values import (
     SubagentResult,
     TextBlock,
     TurnEndReason,
+    output_text,
     stop_reason_text,
 )
 from dsh_subagent.core.wire import decode_content, encode_block, turn_end_reason
@@ -298,17 +299,6 @@ def one_shot_result(
 
 
 # --------------------------------------------------------------------------- job outcomes
-
-
-def output_text(output: Output) -> str:
-    """The concatenated text of the output's text blocks, no separator (TOOL-23)."""
-    return "".join(
-        str(block["text"])
-        for block in output
-        if isinstance(block, Mapping)
-        and block.get("type") == "text"
-        and isinstance(block.get("text"), str)
-    )
 
 
 def job_outcome(result: SubagentResult) -> JobOutcome:

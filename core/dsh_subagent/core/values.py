@@ -60,6 +60,25 @@ def text_of(content: Content) -> str:
     return "".join(block.text for block in content if isinstance(block, TextBlock))
 
 
+def as_content(value: Content | str) -> Content:
+    """A plain string as one text block; anything else unchanged, for validation to judge.
+
+    The public boundaries (prompts, follow-ups, reports) accept either form.
+    """
+    return (TextBlock(value),) if isinstance(value, str) else value
+
+
+def output_text(output: Sequence[JsonValue]) -> str:
+    """The concatenated text of a result output's text blocks (wire JSON form), no separator."""
+    return "".join(
+        str(block["text"])
+        for block in output
+        if isinstance(block, Mapping)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    )
+
+
 # --------------------------------------------------------------------------- stop reasons
 
 
@@ -318,6 +337,11 @@ class SubagentResult:
     has_structured: bool = False
     diagnostic: str | None = None
     """Provider-written failure detail, only for non-completed results (ONE-15)."""
+
+    @property
+    def text(self) -> str:
+        """The output's text blocks joined: the child's final answer as plain text."""
+        return output_text(self.output)
 
 
 # --------------------------------------------------------------------------- descriptor

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dsh_subagent.adapters.providers.base import (
     ContinuableCreateRequest,
     ContinuableCreateSpec,
+    DisposeOnExit,
     ResolvedStartRequest,
     StartRequest,
     SubagentProvider,
@@ -24,6 +25,7 @@ __all__ = [
     "NO_START_CAPABILITIES",
     "ContinuableCreateRequest",
     "ContinuableCreateSpec",
+    "DisposeOnExit",
     "ForkProvider",
     "InProcessHost",
     "OutOfProcessProvider",

@@ -21,6 +21,8 @@ Theory of operation
    published run and its result.
 4. Each run owns its state, signal listener and cancellation path, so concurrent siblings never
    settle or release one another (REG-9).
+5. A run is an async context manager: ``async with run:`` disposes it on exit, however the
+   block ends. ``DisposeOnExit`` gives any run class that behaviour from its ``dispose``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Final, Protocol, assert_never, runtime_checkable
+from types import TracebackType
+from typing import Final, Protocol, Self, assert_never, runtime_checkable
 
 import attrs
 
@@ -49,6 +52,7 @@ from dsh_subagent.core.values import (
     SubagentResult,
     SubagentStartRequest,
     ToolFilter,
+    as_content,
 )
 
 ABORTED_BEFORE_PUBLICATION: Final = "subagent request was aborted before child publication"
@@ -61,9 +65,12 @@ def aborted_before_publication() -> SubagentError:
 
 @attrs.frozen
 class StartRequest:
-    """A one-shot start request: intent, the live parent and the cancellation signal (ONE-1)."""
+    """A one-shot start request: intent, the live parent and the cancellation signal (ONE-1).
 
-    prompt: Content
+    ``prompt`` is content blocks, or a plain string for one text block.
+    """
+
+    prompt: Content = attrs.field(converter=as_content)
     parent: Agent = attrs.field(eq=False)
     signal: AbortSignal = attrs.field(eq=False)
     label: str | None = None
@@ -123,6 +130,37 @@ class SubagentRun(Protocol):
         """Idempotent: cancel, then wait for result settlement and quiescence (ONE-9)."""
         ...
 
+    async def __aenter__(self) -> Self:
+        """``async with run:`` (rule 5)."""
+        ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Dispose the run, however the block ended (rule 5)."""
+        ...
+
+
+class DisposeOnExit:
+    """``async with run:`` for a run class with ``dispose()``: disposes on exit (rule 5)."""
+
+    def dispose(self) -> Awaitable[None]:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.dispose()
+
 
 class SubagentProvider(Protocol):
     """A named way to run a one-shot child (REG-2)."""
@@ -177,7 +215,7 @@ class EventIds:
         return EventId(f"{self._prefix}{self._count}")
 
 
-class DrivenRun(abc.ABC):
+class DrivenRun(DisposeOnExit, abc.ABC):
     """A run handle that carries out the run effects of its own core one-shot machine."""
 
     def __init__(self, request: ResolvedStartRequest, run_key: str) -> None:
@@ -295,6 +333,7 @@ __all__ = [
     "ContinuableCreateRequest",
     "ContinuableCreateSpec",
     "ContinuableProvider",
+    "DisposeOnExit",
     "DrivenRun",
     "EventIds",
     "ResolvedStartRequest",

@@ -10,6 +10,9 @@ Theory of operation
    serves the demo, the benchmarks, the tests and a newcomer's first program.
 3. ``close`` is the host's teardown order (TEAR-16): drain every continuable child first,
    then dispose the remaining agents, then close persistence. Durable sessions survive it.
+   ``async with ReferenceHarness.open(...) as harness:`` closes on exit (``open`` is both
+   awaitable and an async context manager); a harness garbage-collected without ``close``
+   warns with a ``ResourceWarning``, since its store may not hold the last events.
 4. ``close`` always finishes (issue 19): a failed step (a drain, a refused flush, a tail
    write) never skips a later one, so every agent is disposed and persistence (and its SQLite
    thread) is closed. The failures are raised once, together, as one
@@ -18,14 +21,26 @@ Theory of operation
    a later or concurrent ``close`` waits for it and is otherwise a no-op.
 5. ``open(..., readonly=True)`` opens the store for listing only (``mode=ro``): nothing is
    created or written, and a foreign or empty file is "not a dsh-subagent store".
+6. Top-level agents: ``create_agent`` makes a new one and refuses an id the store already
+   holds (before anything is created: the stored log would be overwritten), naming
+   ``resume_agent`` and ``agent``; ``resume_agent`` reloads a stored one; ``agent`` returns
+   the live one, else resumes the stored one, else creates it.
+7. ``install_tools`` gives the agents the model-facing tools in one call: it binds the
+   calling-agent context once (tools learn which agent calls them), then the ``subagent``
+   tool (with the task tools when it runs one-shot children in the background), the control
+   tools (``send_message``, ``interrupt_agent``, ``list_agents``) and the children's
+   ``report``. The returned disposer removes what that call installed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+import warnings
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from pathlib import Path
+from types import TracebackType
+from typing import Any, Generic, Self, TypeVar
 
 from dsh_subagent.adapters.projections import SessionProjectionRegistry
 from dsh_subagent.adapters.protocols import CreateOptions, Model, ResumeOptions, SessionMeta
@@ -45,11 +60,47 @@ from dsh_subagent.adapters.reference.session import (
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.adapters.reference.tool_registry import ScopedTools, ToolRegistry
 from dsh_subagent.adapters.service import SubagentService
-from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.adapters.signals import Unsubscribe
+from dsh_subagent.adapters.tools import (
+    BackgroundMode,
+    CallingAgents,
+    ControlTools,
+    JobRegistry,
+    ReportTool,
+    SubagentTool,
+    SubagentToolConfig,
+    register_task_tools,
+)
+from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.teardown import aggregate_branches
 from dsh_subagent.core.values import AgentOptions, SessionId
 
 ModelFor = Callable[[LiveSession, AgentOptions], Model]
+_H = TypeVar("_H", bound="ReferenceHarness")
+
+
+class HarnessOpening(Generic[_H]):
+    """What ``ReferenceHarness.open`` returns: await it, or ``async with`` it (rule 3)."""
+
+    def __init__(self, opening: Coroutine[Any, Any, _H]) -> None:
+        self._opening = opening
+        self._harness: _H | None = None
+
+    def __await__(self) -> Generator[Any, None, _H]:
+        return self._opening.__await__()
+
+    async def __aenter__(self) -> _H:
+        self._harness = await self._opening
+        return self._harness
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._harness is not None:
+            await self._harness.close()
 
 
 class ReferenceHarness:
@@ -76,26 +127,62 @@ class ReferenceHarness:
         self.service.register_provider(self.spawn)
         self.service.register_provider(self.fork)
         self._teardown: asyncio.Future[SubagentError | None] | None = None
+        self.jobs = JobRegistry(self.registry)
+        self._calling: Unsubscribe | None = None
+        self._closed = False
 
     @classmethod
-    async def open(
+    def open(
         cls,
         model_for: ModelFor,
         *,
         db: str | os.PathLike[str] | None = None,
         synchronous: str = "FULL",
         readonly: bool = False,
-    ) -> ReferenceHarness:
+    ) -> HarnessOpening[Self]:
         """Open a harness on SQLite at ``db`` (created if missing), or in memory without one.
 
-        ``readonly`` opens an existing ``db`` for listing only (rule 5).
+        Await the result for the harness, or use it as ``async with ... as harness:``, which
+        closes the harness on exit. ``readonly`` opens an existing ``db`` for listing only
+        (rule 5).
         """
+        return HarnessOpening(cls._open(model_for, db, synchronous, readonly))
+
+    @classmethod
+    async def _open(
+        cls,
+        model_for: ModelFor,
+        db: str | os.PathLike[str] | None,
+        synchronous: str,
+        readonly: bool,
+    ) -> Self:
         if db is None:
             return cls(InMemoryPersistence(), model_for)
         if not readonly:
             Path(db).parent.mkdir(parents=True, exist_ok=True)
         persistence = await SqlitePersistence.open(db, synchronous=synchronous, readonly=readonly)
         return cls(persistence, model_for)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
+        # ``_warn`` is bound at definition: module globals may be gone at interpreter exit.
+        if not getattr(self, "_closed", True):  # a half-built harness has nothing to close
+            _warn(
+                f"unclosed {self!r}: call `await harness.close()` or use `async with`",
+                ResourceWarning,
+                stacklevel=1,
+                source=self,
+            )
 
     def _build_agent(self, session: LiveSession, options: AgentOptions) -> ReferenceAgent:
         return ReferenceAgent(
@@ -106,8 +193,21 @@ class ReferenceHarness:
             prompt=PromptComposer(self.prompt),
         )
 
+    async def _stored(self, session_id: str) -> bool:
+        return await self.persistence.revision(SessionId(session_id)) is not None
+
     async def create_agent(self, session_id: str, *, cwd: str | None = None) -> ReferenceAgent:
-        """Create and publish a top-level agent (a parent that delegates)."""
+        """Create and publish a new top-level agent (a parent that delegates).
+
+        raises: SubagentError (``INVALID_ARGUMENT`` naming ``session_id``) when the store
+        already holds that id: resume it with ``resume_agent`` or use ``agent`` (rule 4).
+        """
+        if await self._stored(session_id):
+            raise invalid(
+                "session_id",
+                f"session {session_id!r} is already stored; resume it with "
+                f"resume_agent({session_id!r}), or use agent({session_id!r})",
+            )
         handle = await self.registry.create(
             CreateOptions(SessionId(session_id), meta=SessionMeta(cwd=cwd))
         )
@@ -117,6 +217,66 @@ class ReferenceHarness:
         """Resume a persisted top-level agent from its log (HARNESS-17)."""
         handle = await self.registry.resume(ResumeOptions(SessionId(session_id)))
         return handle.agent
+
+    async def agent(self, session_id: str, *, cwd: str | None = None) -> ReferenceAgent:
+        """The live agent ``session_id``, else the stored one resumed, else a new one (rule 4).
+
+        ``cwd`` applies only when the agent is created.
+        """
+        live = self.registry.get(SessionId(session_id))
+        if live is not None:
+            return live
+        if await self._stored(session_id):
+            return await self.resume_agent(session_id)
+        return await self.create_agent(session_id, cwd=cwd)
+
+    def install_tools(
+        self,
+        *,
+        subagent: SubagentToolConfig | bool = True,
+        control: bool = False,
+        report: bool = False,
+    ) -> Unsubscribe:
+        """Give every agent the model-facing tools in one call (rule 5).
+
+        ``subagent``: ``True`` for the ``subagent`` tool on the spawn provider, a
+        ``SubagentToolConfig`` for another configuration, ``False`` for none. ``control``:
+        ``send_message``, ``interrupt_agent`` and ``list_agents``. ``report``: the ``report``
+        tool of continuable children. Returns a disposer that removes what this call
+        installed.
+        """
+        if not isinstance(subagent, SubagentToolConfig | bool):
+            raise invalid("subagent", "must be a SubagentToolConfig or a bool")
+        for name, flag in (("control", control), ("report", report)):
+            if not isinstance(flag, bool):
+                raise invalid(name, "must be a bool")
+        config = SubagentToolConfig("spawn") if subagent is True else subagent or None
+        if self._calling is None:
+            self._calling = CallingAgents().attach(self.registry)
+        removers: list[Unsubscribe] = []
+        if config is not None:
+            tool = SubagentTool(
+                self.service, self.tools, config, jobs=self.jobs, prompt=self.prompt
+            )
+            tool.apply()
+            removers.append(tool.dispose)
+            one_shot = config.background_mode is BackgroundMode.ONE_SHOT
+            if (
+                config.enable_run_in_background
+                and one_shot
+                and self.tools.get("task_output") is None
+            ):
+                removers.append(register_task_tools(self.tools, self.jobs, prompt=self.prompt))
+        if control:
+            removers.append(ControlTools(self.service).register(self.tools))
+        if report:
+            removers.append(ReportTool(self.service, self.registry).install())
+
+        def uninstall() -> None:
+            while removers:
+                removers.pop()()
+
+        return uninstall
 
     async def flush(self, agent: ReferenceAgent) -> bool:
         """Write the agent's not-yet-persisted events; True when persistence took part."""
@@ -128,6 +288,7 @@ class ReferenceHarness:
         Every step runs whatever failed before it; the failures are raised once, together
         (rule 4). A second ``close`` is a no-op.
         """
+        self._closed = True
         if self._teardown is None:
             self._teardown = asyncio.ensure_future(self._close_all())
             failure = await asyncio.shield(self._teardown)
