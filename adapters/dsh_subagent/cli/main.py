@@ -93,10 +93,26 @@ def diagram(out: Path) -> None:
     show_default=True,
     help="The core lockstep machine, the service machine over the real harness, or both.",
 )
-def verify(examples: int, steps: int, seed: int | None, machine: str) -> None:
+@click.option(
+    "--exhaustive",
+    type=click.Choice(["small", "medium"]),
+    is_flag=False,
+    flag_value="small",
+    default=None,
+    help="Instead: explore every state of the manager in this scope (default small).",
+)
+def verify(
+    examples: int, steps: int, seed: int | None, machine: str, exhaustive: str | None
+) -> None:
     """Run the stateful machines and print how often each invariant was checked."""
     from dsh_subagent.cli.verify import run_verify
 
+    if exhaustive is not None:
+        from dsh_subagent.spec.modelcheck import run_exhaustive
+
+        if not run_exhaustive(exhaustive):
+            sys.exit(1)
+        return
     if not run_verify(examples=examples, steps=steps, seed=seed, machine=machine):
         sys.exit(1)
 
