@@ -110,6 +110,14 @@ def diagram(out: Path) -> None:
     show_default=True,
     help="The core lockstep machine, the service machine over the real harness, or both.",
 )
+@click.option(
+    "--exhaustive",
+    type=click.Choice(["small", "medium"]),
+    is_flag=False,
+    flag_value="small",
+    default=None,
+    help="Instead: explore every state of the manager in this scope (default small).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document as the report.")
 @click.option(
     "--junit-xml",
@@ -136,9 +144,17 @@ def verify(
     junit_xml: Path | None,
     cache_dir: str | None,
     allow_vacuous: bool,
+    exhaustive: str | None,
 ) -> None:
     """Run the stateful machines and report how often each invariant was checked."""
     from dsh_subagent.cli.verify import default_cache_dir, run_verify
+
+    if exhaustive is not None:
+        from dsh_subagent.spec.modelcheck import run_exhaustive
+
+        if not run_exhaustive(exhaustive):
+            sys.exit(1)
+        return
 
     passed = run_verify(
         examples=examples,

@@ -1,0 +1,700 @@
+"""Exhaustive small-scope model checking of the continuation manager's ``apply``.
+
+Theory of operation
+-------------------
+1. A ``Scope`` bounds the world: child names, tree depth, follow-up ids per child, epochs
+   (materializations) per child, and whether a genuine user grant exists. ``enabled`` lists,
+   for one search state, every event of that finite vocabulary whose ``(phase, event type)``
+   is in ``manager.TRANSITIONS`` (anything else raises ``ILLEGAL_TRANSITION`` and changes
+   nothing), plus the manager-wide events: interrupts, reports, drains of each kind, disposals.
+   Data carried by events (agent tokens, lineages, run and notice ids) is derived from the
+   state, so the vocabulary stays finite; the event vocabulary is that of ``spec.machines``.
+2. The search state is the core's ``ManagerState`` plus a minimal harness ``Env``: per child,
+   the accounted ids sent but not yet answered (``pending``) and those in its inbox
+   (``inbox``). The harness contract the alphabet keeps: a send is answered (accepted or
+   failed) before any other event, as the engine's dispatch does; a message is claimed or
+   discarded only from the inbox; ids are never reused while in flight; and a child's
+   release (``DisposalFinished``) comes only once its inbox is empty
+   (a cancelled child's inbox is discarded first, HARNESS-11, TEAR-18).
+3. Breadth-first search from the empty state dedups states by a canonical key; with
+   ``symmetry`` the key is the least one over every renaming of the interchangeable child
+   names (the vocabulary is symmetric, so this is sound). BFS keeps one parent pointer per
+   state, so the first violation found has a shortest event trace.
+4. Checked on every edge: the core raises nothing; every state invariant of
+   ``spec.invariants`` on the new state; every trace invariant on the step, prefixed by one
+   synthetic ``EmitStart`` per published record (the pairing history the state stands for),
+   with ``complete`` when the step ends quiescent; each child's phase change is a path in
+   ``ActivationChart`` (the applied event, then state-triggered edges), and the chart edges
+   taken are recorded; INV-MC-1, the core accounts exactly what the harness holds
+   (``accepted == pending | inbox``); INV-MC-2, no record vanishes while the harness still
+   holds an accounted message of it (every accepted message is claimed or discarded, on every
+   path, before its child is released).
+5. After the search, the "eventually" obligation INV-MC-3: from every reachable state a
+   quiescent one (no Activation) is reachable by progress events alone (the harness's own
+   answers: start steps, rollbacks, acceptance, claims, discards, status, flush, release; no
+   new request, drain or interrupt). It is a backward reachability over the recorded edges.
+6. A violation carries its events; ``format_trace`` prints them as Python lines in the form
+   of ``verify``'s shrunk sequences, and ``replay`` re-applies them (tests replay them).
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import functools
+import itertools
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Final
+
+import attrs
+
+from dsh_subagent.core import manager
+from dsh_subagent.core.authority import (
+    AgentRef,
+    AncestorInterrupt,
+    FollowupAuthority,
+    ParentAuthority,
+    Presented,
+    UserAuthority,
+)
+from dsh_subagent.core.errors import SubagentError
+from dsh_subagent.core.manager import TRANSITIONS, Activation, ManagerState, apply
+from dsh_subagent.core.manager.effects import (
+    DeliverReport,
+    Effect,
+    EmitEnd,
+    EmitStart,
+    Reject,
+    SendNotice,
+    SubmitFollowup,
+)
+from dsh_subagent.core.manager.events import (
+    LIVE,
+    UNPUBLISHED,
+    AgentBecameBusy,
+    AgentBecameIdle,
+    AgentDisposed,
+    ChildIdReserved,
+    ChildMaterialized,
+    ChildPrepared,
+    ColdResumeStarted,
+    DescendantsOf,
+    DescriptorSnapshotted,
+    DisposalFinished,
+    DrainRequested,
+    Event,
+    FlushReported,
+    FollowupRequested,
+    InterruptRequested,
+    LeaseAcquired,
+    LeaseRefused,
+    MessageAccepted,
+    MessageClaimed,
+    MessageDiscarded,
+    MessageSendFailed,
+    Phase,
+    ReportDelivery,
+    ReportRequested,
+    SelectedChildren,
+    StartRolledBack,
+    Trigger,
+    WholeManager,
+)
+from dsh_subagent.core.notices import EpochOutcome
+from dsh_subagent.core.pmap import PMap
+from dsh_subagent.core.residency import AgentStatus
+from dsh_subagent.core.teardown import Boundary, FlushOutcome
+from dsh_subagent.core.values import EventId, KnownStop, MessageId, RunId, SessionId
+from dsh_subagent.spec.charts import ActivationChart, Edge, edges
+from dsh_subagent.spec.invariants import TraceStep, check_state, check_trace
+
+CHART_EDGES: Final = edges(ActivationChart)
+_TRIGGERED: Final = frozenset(trigger.value for trigger in Trigger)
+ROOT: Final = AgentRef(SessionId("root"), 1)
+_EID: Final = EventId("e")
+PROGRESS: Final[tuple[type[Event], ...]] = (
+    DescriptorSnapshotted,
+    ChildPrepared,
+    ChildMaterialized,
+    StartRolledBack,
+    MessageAccepted,
+    MessageSendFailed,
+    MessageClaimed,
+    MessageDiscarded,
+    AgentBecameIdle,
+    AgentBecameBusy,
+    FlushReported,
+    DisposalFinished,
+)
+"""The harness's own answers: the events INV-MC-3 may use to reach quiescence."""
+
+
+@attrs.frozen
+class Scope:
+    """The bounds of one exhaustive search."""
+
+    children: tuple[str, ...]
+    depth: int = 2
+    followups: int = 1
+    epochs: int = 1
+    user_grant: bool = True
+    forged: bool = False
+    resume: bool = True
+    reports: bool = True
+    scoped_drains: bool = True
+
+
+SCOPES: Final[Mapping[str, Scope]] = {
+    # CI: a parent and a child (or two siblings), no cold resume, report or scoped drain.
+    "small": Scope(
+        ("a", "b"), depth=2, user_grant=False, resume=False, reports=False, scoped_drains=False
+    ),
+    # Soak: the whole vocabulary over the same two children.
+    "medium": Scope(("a", "b"), depth=2),
+}
+
+
+@attrs.frozen
+class Env:
+    """The harness side of the search state: accounted ids in flight and in each inbox."""
+
+    pending: frozenset[tuple[SessionId, MessageId]] = frozenset()
+    inbox: frozenset[tuple[SessionId, MessageId]] = frozenset()
+
+    def of(self, child: SessionId) -> frozenset[MessageId]:
+        return frozenset(m for c, m in self.pending | self.inbox if c == child)
+
+
+@attrs.frozen
+class Violation:
+    """A property that failed, and the shortest event trace from the empty state to it."""
+
+    check: str
+    detail: str
+    events: tuple[Event, ...]
+
+
+@attrs.frozen
+class Result:
+    """What one search explored and found."""
+
+    scope: Scope
+    states: int
+    transitions: int
+    depth: int
+    seconds: float
+    violations: tuple[Violation, ...]
+    edges_taken: frozenset[Edge]
+    checks: Mapping[str, int]
+
+    @property
+    def edges_missed(self) -> frozenset[Edge]:
+        """Chart edges the search never took (unreachable, or the scope is too small)."""
+        return CHART_EDGES - self.edges_taken
+
+
+Node = tuple[ManagerState, Env]
+
+
+# --------------------------------------------------------------------------- the alphabet
+
+
+def _names(scope: Scope) -> tuple[SessionId, ...]:
+    return tuple(SessionId(n) for n in scope.children)
+
+
+def _depth(record: Activation) -> int:
+    """How deep a published record sits below the root (its lineage counts the root)."""
+    return len(record.lineage) - 1
+
+
+def _agents(state: ManagerState) -> list[AgentRef]:
+    return [r.agent for r in state.activations.values() if r.agent is not None]
+
+
+def _legal(state: ManagerState, event: Event) -> bool:
+    child = getattr(event, "child_id", None)
+    if child is None:
+        return True
+    record = state.activations.get(child)
+    phase = Phase.ABSENT if record is None else record.phase
+    return (phase, type(event)) in TRANSITIONS
+
+
+def enabled(scope: Scope, node: Node) -> Iterator[Event]:
+    """Every event of the scope's vocabulary the core has an edge for in this state."""
+    state, env = node
+    if env.pending:  # a send is answered in the same span as the request (the contract)
+        for child, message in sorted(env.pending):
+            yield MessageAccepted(_EID, child, message)
+            yield MessageSendFailed(_EID, child, message)
+        return
+    live = {c: r for c, r in state.activations.items() if r.phase in LIVE and r.agent}
+    yield DrainRequested(_EID, WholeManager())
+    for agent in [ROOT, *_agents(state)] if scope.scoped_drains else [ROOT]:
+        yield DrainRequested(_EID, DescendantsOf((Presented(agent, agent.token),)))
+    for agent in sorted(state.closing_roots, key=lambda a: (a.session_id, a.token)):
+        yield AgentDisposed(_EID, agent)
+    for child in _names(scope):
+        yield from (e for e in _child_events(scope, state, env, child, live) if _legal(state, e))
+
+
+def _child_events(
+    scope: Scope,
+    state: ManagerState,
+    env: Env,
+    child: SessionId,
+    live: Mapping[SessionId, Activation],
+) -> Iterator[Event]:
+    record = state.activations.get(child)
+    parents = [ROOT] + [
+        r.agent
+        for c, r in live.items()
+        if c != child and r.agent is not None and _depth(r) < scope.depth
+    ]
+    if record is None:
+        for parent in parents:
+            yield ChildIdReserved(_EID, child, parent)
+        if scope.resume and state.epochs.get(child, 0) < scope.epochs:
+            for parent in parents:
+                yield ColdResumeStarted(_EID, child, parent.session_id)
+    else:
+        yield ChildIdReserved(_EID, child, ROOT)  # a duplicate: refused, nothing changes
+        yield DescriptorSnapshotted(_EID, child)
+        yield ChildPrepared(_EID, child)
+        epoch = state.epochs.get(child, 0)
+        yield LeaseAcquired(_EID, child, epoch + 1)  # a cold resume's lease (LEASE-1)
+        yield LeaseRefused(_EID, child, "held by another harness")
+        if record.phase in UNPUBLISHED and epoch < scope.epochs:
+            yield _materialized(state, record, epoch)
+        yield StartRolledBack(_EID, child, False)
+        yield StartRolledBack(_EID, child, True)
+        idle = record.status is AgentStatus.IDLE
+        yield (AgentBecameBusy if idle else AgentBecameIdle)(_EID, child)
+        yield from (FlushReported(_EID, child, outcome) for outcome in FlushOutcome)
+        if not env.of(child):
+            yield from _finished(state, record)
+    held = env.of(child)
+    for message in (MessageId(f"{child}.f{i}") for i in range(1, scope.followups + 1)):
+        if message in held:
+            continue
+        owner = None if record is None else record.parent_agent
+        authorities: list[FollowupAuthority] = []
+        if owner is None:
+            authorities.append(ParentAuthority(Presented(ROOT, ROOT.token)))
+        if owner is not None:
+            authorities.append(ParentAuthority(Presented(owner, owner.token)))
+            authorities.append(ParentAuthority(Presented(owner, None)))
+        authorities += [UserAuthority(False)] if scope.forged else []
+        authorities += [UserAuthority(True)] if scope.user_grant else []
+        for authority in authorities:
+            yield FollowupRequested(_EID, child, message, authority)
+    for c, message in sorted(env.inbox):
+        if c == child:
+            yield MessageClaimed(_EID, child, message)
+            yield MessageDiscarded(_EID, child, message)
+    mine = live.get(child)
+    if mine is not None and mine.agent is not None:
+        caller = live.get(mine.parent_session) if mine.parent_session else None
+        interrupter = ROOT if caller is None or caller.agent is None else caller.agent
+        yield InterruptRequested(
+            _EID, child, AncestorInterrupt(Presented(interrupter, interrupter.token))
+        )
+        for delivery in ReportDelivery if scope.reports else ():
+            yield ReportRequested(_EID, mine.agent, MessageId(f"{child}.r"), delivery)
+        parent = interrupter
+        yield DrainRequested(_EID, SelectedChildren(Presented(parent, parent.token), (child,)))
+
+
+def _materialized(state: ManagerState, record: Activation, epoch: int) -> ChildMaterialized:
+    """The agent of the next epoch: a fresh token, and the parent's lineage plus itself."""
+    child = record.child_id
+    agent = AgentRef(child, epoch + 2)
+    owner = state.activations.get(record.parent_session) if record.parent_session else None
+    above = owner.lineage if owner is not None and owner.lineage else frozenset({ROOT})
+    if record.parent_agent is not None and record.parent_agent != ROOT and owner is None:
+        above = frozenset({record.parent_agent, ROOT})
+    return ChildMaterialized(_EID, child, RunId(f"{child}.run{epoch + 1}"), agent, above | {agent})
+
+
+def _finished(state: ManagerState, record: Activation) -> Iterator[DisposalFinished]:
+    child = record.child_id
+    notice = MessageId(f"{child}.n{record.epoch}")
+    outcome = EpochOutcome(KnownStop.COMPLETED)
+    yield DisposalFinished(_EID, child, outcome, notice)
+    owner = state.activations.get(record.parent_session) if record.parent_session else None
+    if owner is not None and owner.phase in LIVE:  # a failed boundary counts for the owner
+        yield DisposalFinished(_EID, child, outcome, notice, frozenset({Boundary.ACTIVATION}))
+    if record.announced and (owner is None or owner.phase not in LIVE):
+        yield DisposalFinished(_EID, child, outcome, notice, parent_registered=False)
+        busy = AgentStatus.RUNNING
+        yield DisposalFinished(_EID, child, outcome, notice, parent_status=busy)
+
+
+def advance(env: Env, effects: Iterable[Effect], event: Event) -> Env:
+    """The harness's side of one step: sends leave, accounted deliveries land in inboxes."""
+    pending, inbox = set(env.pending), set(env.inbox)
+    if isinstance(event, MessageAccepted | MessageSendFailed | MessageClaimed | MessageDiscarded):
+        key = (event.child_id, event.message_id)
+        pending.discard(key)
+        if isinstance(event, MessageAccepted):
+            inbox.add(key)
+        else:
+            inbox.discard(key)
+    for effect in effects:
+        if isinstance(effect, SubmitFollowup):
+            pending.add((effect.child_id, effect.message_id))
+        elif isinstance(effect, SendNotice | DeliverReport) and effect.accounted:
+            inbox.add((effect.parent_session, effect.message_id))
+    return Env(frozenset(pending), frozenset(inbox))
+
+
+# --------------------------------------------------------------------------- canonical keys
+
+
+def _key(node: Node, perm: Mapping[str, str]) -> tuple[object, ...]:
+    """A comparable, hashable image of the node with child names renamed by ``perm``."""
+    state, env = node
+
+    def rn(text: str | None) -> str:
+        if text is None:
+            return ""
+        head, dot, tail = text.partition(".")
+        return perm.get(head, head) + dot + tail
+
+    def ref(agent: AgentRef | None) -> tuple[str, int]:
+        return ("", 0) if agent is None else (rn(agent.session_id), agent.token)
+
+    def ids(items: Iterable[str]) -> tuple[str, ...]:
+        return tuple(sorted(rn(i) for i in items))
+
+    records = sorted(
+        (
+            rn(r.child_id),
+            r.phase.value,
+            rn(r.parent_session),
+            ref(r.parent_agent),
+            ref(r.agent),
+            tuple(sorted(ref(a) for a in r.lineage)),
+            r.epoch,
+            rn(r.run_id),
+            r.status.value,
+            ids(r.accepted),
+            ids(r.owned),
+            r.announced,
+            r.child_failures,
+            "" if r.durability is None else r.durability.outcome.value,
+            -1 if r.lease is None else r.lease,
+        )
+        for r in state.activations.values()
+    )
+    return (
+        tuple(records),
+        tuple(sorted((rn(c), n) for c, n in state.epochs.items())),
+        tuple(sorted(ref(a) for a in state.closing_roots)),
+        state.draining,
+        tuple(sorted((rn(c), rn(m)) for c, m in env.pending)),
+        tuple(sorted((rn(c), rn(m)) for c, m in env.inbox)),
+    )
+
+
+def canonical_key(scope: Scope, node: Node, *, symmetry: bool = True) -> tuple[object, ...]:
+    """The state's key, least over every renaming of the child names when ``symmetry``."""
+    names = scope.children
+    if not symmetry or len(names) < 2:
+        return _key(node, {})
+    return min(_key(node, dict(zip(names, p, strict=True))) for p in itertools.permutations(names))
+
+
+# --------------------------------------------------------------------------- checks
+
+
+@functools.cache
+def chart_path(
+    old: Phase, new: Phase, first: str | None, settled: bool = False
+) -> tuple[Edge, ...] | None:
+    """Shortest chart path old -> new: ``first`` (if given) then state-triggered edges.
+
+    Settlement and an opening both lead RESIDENT -> DISPOSING; ``settled`` picks the former.
+    """
+    frontier: collections.deque[tuple[tuple[Edge, ...], object]] = collections.deque()
+    if first is None:
+        frontier.append(((), old))
+    else:
+        frontier.extend(((edge,), edge[2]) for edge in CHART_EDGES if edge[:2] == (old, first))
+    seen: set[object] = set()
+    while frontier:
+        path, phase = frontier.popleft()
+        if phase is new and (first is None or path):
+            return path
+        if phase in seen:
+            continue
+        seen.add(phase)
+        frontier.extend(
+            ((*path, edge), edge[2])
+            for edge in sorted(CHART_EDGES, key=lambda e: (e[1] != "settled") is settled)
+            if edge[0] is phase and edge[1] in _TRIGGERED
+        )
+    return None
+
+
+def _settles(state: ManagerState, event: Event, child: SessionId) -> bool:
+    """Did ``child`` leave RESIDENT by settling: the event's own record, or its owner?"""
+    if isinstance(event, DrainRequested):
+        return False
+    subject = state.activations.get(getattr(event, "child_id", None) or SessionId(""))
+    return subject is not None and child in (subject.child_id, subject.parent_session)
+
+
+def _phase(state: ManagerState, child: SessionId) -> Phase:
+    record = state.activations.get(child)
+    return Phase.ABSENT if record is None else record.phase
+
+
+def _history(state: ManagerState) -> list[TraceStep]:
+    """One synthetic ``EmitStart`` per published record: the pairing its state stands for."""
+    starts = [
+        EmitStart(_EID, r.child_id, r.run_id, r.epoch)
+        for r in state.activations.values()
+        if r.phase in LIVE and r.run_id is not None
+    ]
+    return [TraceStep(DrainRequested(_EID, WholeManager()), tuple(starts), state, state)]
+
+
+def check_edge(
+    before: Node, event: Event, after: Node, effects: tuple[Effect, ...], taken: set[Edge]
+) -> list[tuple[str, str]]:
+    """Every edge check of rule 4, as ``(check id, detail)`` pairs; empty when all hold."""
+    found: list[tuple[str, str]] = []
+    (s0, _), (s1, env1) = before, after
+    step = TraceStep(event, effects, s0, s1)
+    if any(not isinstance(e, Reject) for e in effects):  # trace invariants read effects
+        edges_ = any(isinstance(e, EmitStart | EmitEnd) for e in effects)
+        steps = [*_history(s0), step] if edges_ else [step]
+        for inv_id, problems in check_trace(steps, complete=not s1.activations).items():
+            found += [(inv_id, p) for p in problems]
+    subject = getattr(event, "child_id", None)
+    for child in {*s0.activations, *s1.activations}:
+        old, new = _phase(s0, child), _phase(s1, child)
+        first = type(event).__name__ if child == subject else None
+        if first is None and old is new:
+            continue
+        path = chart_path(old, new, first, _settles(s0, event, child))
+        if path is None:
+            found.append(("CHART", f"{child}: {old.value} -> {new.value} on {first}"))
+        else:
+            taken.update(path)
+    if subject is not None and subject not in s0.activations and subject not in s1.activations:
+        taken.update(chart_path(Phase.ABSENT, Phase.ABSENT, type(event).__name__) or ())
+    for child, record in s1.activations.items():
+        if record.accepted != env1.of(child):
+            detail = f"{child} accounts {sorted(record.accepted)}, the harness holds "
+            found.append(("INV-MC-1", detail + str(sorted(env1.of(child)))))
+    for child in s0.activations:
+        if child not in s1.activations and env1.of(child):
+            found.append(("INV-MC-2", f"{child} released holding {sorted(env1.of(child))}"))
+    return found
+
+
+# --------------------------------------------------------------------------- the search
+
+
+def explore(
+    scope: Scope,
+    *,
+    symmetry: bool = True,
+    max_violations: int = 1,
+    max_states: int | None = None,
+    apply_fn: Callable[[ManagerState, Event], tuple[ManagerState, tuple[Effect, ...]]]
+    | None = None,
+) -> Result:
+    """Breadth-first search of every state the scope reaches; every check on every edge."""
+    step_fn = apply_fn or apply
+    started = time.monotonic()
+    start: Node = (ManagerState(), Env())
+    keys = {canonical_key(scope, start, symmetry=symmetry): 0}
+    nodes: list[Node] = [start]
+    parent: list[tuple[int, Event] | None] = [None]
+    level = [0]
+    preds: list[set[int]] = [set()]
+    progress: list[bool] = [False]  # reached from a predecessor by a progress event
+    taken: set[Edge] = set()
+    checks: collections.Counter[str] = collections.Counter()
+    violations: list[Violation] = []
+    transitions = 0
+
+    def trace(index: int, last: Event | None = None) -> tuple[Event, ...]:
+        events: list[Event] = [] if last is None else [last]
+        while (link := parent[index]) is not None:
+            index, event = link
+            events.append(event)
+        return tuple(reversed(events))
+
+    def report(check: str, detail: str, index: int, last: Event | None = None) -> None:
+        violations.append(Violation(check, detail, trace(index, last)))
+
+    for problems in check_state(start[0]).values():
+        assert not problems
+    queue = collections.deque([0])
+    prog_preds: list[set[int]] = [set()]
+    while queue and len(violations) < max_violations and len(nodes) != max_states:
+        index = queue.popleft()
+        node = nodes[index]
+        for event in enabled(scope, node):
+            transitions += 1
+            try:
+                state, effects = step_fn(node[0], event)
+            except (SubagentError, AssertionError) as error:
+                report("RAISES", f"{type(error).__name__}: {error}", index, event)
+                break
+            after: Node = (state, advance(node[1], effects, event))
+            for check, detail in check_edge(node, event, after, effects, taken):
+                report(check, detail, index, event)
+            checks["edge"] += 1
+            if _unchanged(node, after):
+                target: int | None = index
+            else:
+                key = canonical_key(scope, after, symmetry=symmetry)
+                target = keys.get(key)
+            if target is None:
+                target = keys[key] = len(nodes)
+                nodes.append(after)
+                parent.append((index, event))
+                level.append(level[index] + 1)
+                preds.append(set())
+                prog_preds.append(set())
+                progress.append(False)
+                for inv_id, problems in check_state(state).items():
+                    checks[inv_id] += 1
+                    for problem in problems:
+                        report(inv_id, problem, target)
+                queue.append(target)
+            if isinstance(event, PROGRESS):
+                prog_preds[target].add(index)
+            if len(violations) >= max_violations:
+                break
+    if not violations:
+        stuck = _stuck(nodes, prog_preds)
+        checks["INV-MC-3"] = len(nodes)
+        if stuck is not None:
+            report("INV-MC-3", "no quiescent state is reachable by progress events", stuck)
+    return Result(
+        scope,
+        len(nodes),
+        transitions,
+        max(level),
+        time.monotonic() - started,
+        tuple(violations),
+        frozenset(taken),
+        dict(checks),
+    )
+
+
+def _unchanged(before: Node, after: Node) -> bool:
+    """A cheap sufficient test that a step changed nothing (refusals, interrupts)."""
+    (s0, env0), (s1, env1) = before, after
+    return (
+        s1.activations is s0.activations
+        and s1.epochs is s0.epochs
+        and s1.closing_roots == s0.closing_roots
+        and s1.draining == s0.draining
+        and env1 == env0
+    )
+
+
+def _stuck(nodes: list[Node], preds: list[set[int]]) -> int | None:
+    """The first state (in BFS order, so shortest trace) that cannot reach quiescence."""
+    good = [not node[0].activations for node in nodes]
+    frontier = [i for i, ok in enumerate(good) if ok]
+    while frontier:
+        index = frontier.pop()
+        for pred in preds[index]:
+            if not good[pred]:
+                good[pred] = True
+                frontier.append(pred)
+    return next((i for i, ok in enumerate(good) if not ok), None)
+
+
+# --------------------------------------------------------------------------- traces
+
+
+def _source(value: object) -> str:
+    """A value as Python source (enums by name, attrs values by keyword)."""
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    if attrs.has(type(value)):
+        fields = attrs.fields(type(value))  # type: ignore[arg-type]
+        args = ", ".join(f"{f.name}={_source(getattr(value, f.name))}" for f in fields)
+        return f"{type(value).__name__}({args})"
+    if isinstance(value, frozenset):
+        return "frozenset({" + ", ".join(sorted(_source(v) for v in value)) + "})"
+    if isinstance(value, tuple):
+        return "(" + "".join(f"{_source(v)}, " for v in value) + ")"
+    if isinstance(value, PMap):
+        return "PMap()"
+    return repr(value)
+
+
+def format_trace(violation: Violation) -> str:
+    """The violation's trace as replayable lines, in the form of a shrunk sequence."""
+    lines = [f"# {violation.check}: {violation.detail}", "state = ManagerState()"]
+    lines += [f"state, _ = apply(state, {_source(e)})" for e in violation.events]
+    return "\n".join(lines)
+
+
+REPLAY_NAMESPACE: Final[Mapping[str, object]] = {
+    name: getattr(module, name)
+    for module in (manager, manager.events)
+    for name in dir(module)
+    if not name.startswith("_")
+} | {
+    cls.__name__: cls
+    for cls in (
+        AgentRef,
+        AncestorInterrupt,
+        ParentAuthority,
+        Presented,
+        UserAuthority,
+        EpochOutcome,
+        KnownStop,
+        FlushOutcome,
+        Boundary,
+        AgentStatus,
+        PMap,
+    )
+}
+"""The names ``format_trace``'s lines use: ``exec(text, dict(REPLAY_NAMESPACE))`` runs them."""
+
+
+def replay(events: Iterable[Event]) -> list[TraceStep]:
+    """Apply ``events`` from the empty state; the recorded steps (raises what ``apply`` does)."""
+    state = ManagerState()
+    steps = []
+    for event in events:
+        after, effects = apply(state, event)
+        steps.append(TraceStep(event, effects, state, after))
+        state = after
+    return steps
+
+
+def summary(result: Result) -> str:
+    """One line: the counts ``verify --exhaustive`` prints."""
+    return (
+        f"{len(result.scope.children)} children, depth {result.scope.depth}: "
+        f"{result.states} states, {result.transitions} transitions, depth {result.depth}, "
+        f"{result.seconds:.1f} s"
+    )
+
+
+def run_exhaustive(scope_name: str, echo: Callable[[str], None] = print) -> bool:
+    """``verify --exhaustive``: search one named scope, print counts, missed edges, violations."""
+    result = explore(SCOPES[scope_name])
+    echo(f"exhaustive {scope_name} scope: {summary(result)}")
+    for source, event, target in sorted(result.edges_missed, key=repr):
+        name = getattr(source, "value", source), event, getattr(target, "value", target)
+        echo("chart edge never taken: {} --{}--> {}".format(*name))
+    for violation in result.violations:
+        echo(f"violation, shortest trace ({len(violation.events)} events):")
+        echo(format_trace(violation))
+    return not result.violations

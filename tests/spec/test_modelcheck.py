@@ -1,0 +1,201 @@
+"""Exhaustive small-scope model checking of the manager (``dsh_subagent.spec.modelcheck``).
+
+The small scope is explored whole with every check holding; the medium scope is a soak run
+(``DSH_SOAK=1``). Each bug the stateful machines once found is planted by monkeypatching the
+core and must be found by the search, with a shortest trace of a pinned length.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+
+import attrs
+import pytest
+
+from dsh_subagent.core import manager
+from dsh_subagent.core.authority import ALLOWED
+from dsh_subagent.core.manager import TRANSITIONS, Outcome
+from dsh_subagent.core.manager import state as manager_state
+from dsh_subagent.core.manager.effects import Effect, SendNotice
+from dsh_subagent.core.manager.events import (
+    ChildEvent,
+    DisposalFinished,
+    MessageDiscarded,
+    Phase,
+    Trigger,
+)
+from dsh_subagent.core.manager.state import STATE_TRIGGERED, Activation, Step
+from dsh_subagent.spec import modelcheck
+from dsh_subagent.spec.invariants import STATE_INVARIANTS, check_trace
+from dsh_subagent.spec.modelcheck import SCOPES, Result, Scope, explore, format_trace, replay
+
+
+@pytest.fixture(scope="module")
+def small() -> Result:
+    return explore(SCOPES["small"])
+
+
+def test_small_scope_is_explored_whole_with_every_invariant_holding(small: Result) -> None:
+    print(modelcheck.summary(small))
+    assert small.violations == ()
+    assert small.states > 1_000
+    for inv in STATE_INVARIANTS:
+        assert small.checks[inv.id] == small.states - 1  # every state but the empty one
+    assert small.checks["INV-MC-3"] == small.states
+
+
+def test_small_scope_takes_every_chart_edge_but_the_cold_resume(small: Result) -> None:
+    missed = {(source, event) for source, event, _ in small.edges_missed}
+    assert missed <= {
+        (Phase.ABSENT, "ColdResumeStarted"),
+        (Phase.RESUMING, "ChildIdReserved"),
+        (Phase.RESUMING, "ChildMaterialized"),
+        (Phase.RESUMING, "LeaseAcquired"),
+        (Phase.RESUMING, "LeaseRefused"),
+        (Phase.RESUMING, "StartRolledBack"),
+    }
+
+
+def test_a_one_child_scope_with_cold_resume_takes_the_resume_edges() -> None:
+    result = explore(Scope(("a",), depth=1))
+    assert result.violations == ()
+    assert all(source is not Phase.RESUMING for source, _, _ in result.edges_missed)
+
+
+@pytest.mark.soak
+@pytest.mark.skipif(os.environ.get("DSH_SOAK") != "1", reason="soak: set DSH_SOAK=1")
+def test_medium_scope_is_explored_whole_and_takes_every_chart_edge() -> None:
+    result = explore(SCOPES["medium"])
+    print(modelcheck.summary(result))
+    assert result.violations == ()
+    assert result.edges_missed == frozenset()
+
+
+# --------------------------------------------------------------------------- planted bugs
+
+
+def _swap_edge(
+    monkeypatch: pytest.MonkeyPatch,
+    key: tuple[Phase, type[ChildEvent]],
+    handler: Callable[..., Outcome],
+) -> None:
+    edge = attrs.evolve(TRANSITIONS[key], handler=handler)
+    monkeypatch.setitem(TRANSITIONS, key, edge)
+
+
+def _plant_notice_after_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    key = (Phase.RELEASING, DisposalFinished)
+    original = TRANSITIONS[key].handler
+    assert original is not None
+
+    def late_notice(step: Step, record: Activation, event: DisposalFinished) -> manager.Outcome:
+        mark = len(step.effects)
+        outcome = original(step, record, event)
+        tail = step.effects[mark:]
+        notices: list[Effect] = [e for e in tail if isinstance(e, SendNotice)]
+        step.effects[mark:] = [e for e in tail if not isinstance(e, SendNotice)] + notices
+        return outcome
+
+    _swap_edge(monkeypatch, key, late_notice)
+
+
+def _plant_no_authority_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(manager, "authorize_followup", lambda authority, parent: ALLOWED)
+
+
+def _plant_parent_flushed_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    def eager(step: Step, record: Activation) -> bool:
+        target = STATE_TRIGGERED.get((record.phase, Trigger.CHILDREN_RELEASED))
+        if target is None:
+            return False
+        step.put(attrs.evolve(record, phase=target))
+        return True
+
+    monkeypatch.setattr(manager_state, "_released", eager)
+
+
+def _plant_discarded_notice_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    def keep(step: Step, record: Activation, event: MessageDiscarded) -> manager.Outcome:
+        return manager.Outcome.DONE  # the id stays accounted, waiting for a claim
+
+    for phase, kind in list(TRANSITIONS):
+        if kind is MessageDiscarded:
+            _swap_edge(monkeypatch, (phase, kind), keep)
+
+
+PLANTED = {
+    # bug: (plant, the check that must fire, the shortest trace's length)
+    "notice after release": (_plant_notice_after_release, "INV-NOTICE-1", 9),
+    "admission without the authority re-check": (_plant_no_authority_recheck, "INV-AUTH-1", 5),
+    "parent flushed before a child": (_plant_parent_flushed_first, "INV-OWN-1", 9),
+    "the discarded notice claimed later": (_plant_discarded_notice_kept, "INV-MC-1", 7),
+}
+
+
+@pytest.mark.parametrize("bug", list(PLANTED))
+def test_planted_bug_is_found_with_a_shortest_trace(
+    bug: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plant, check, length = PLANTED[bug]
+    plant(monkeypatch)
+    result = explore(SCOPES["small"])
+    assert result.violations, f"{bug} survived"
+    violation = result.violations[0]
+    print(bug, len(violation.events), format_trace(violation), sep="\n")
+    assert violation.check == check
+    assert len(violation.events) == length
+
+
+def test_a_violation_trace_replays_as_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    _plant_no_authority_recheck(monkeypatch)
+    violation = explore(SCOPES["small"]).violations[0]
+    namespace = dict(modelcheck.REPLAY_NAMESPACE)
+    exec(format_trace(violation), namespace)  # the printed trace is the test
+    steps = replay(violation.events)
+    assert namespace["state"] == steps[-1].after
+    assert check_trace(steps)["INV-AUTH-1"]
+
+
+def test_verify_exhaustive_prints_the_counts_and_the_missed_edges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from dsh_subagent.cli.main import cli
+
+    monkeypatch.setitem(SCOPES, "small", Scope(("a",), depth=1, resume=False))
+    result = CliRunner().invoke(cli, ["verify", "--exhaustive"])
+    assert result.exit_code == 0, result.output
+    assert "exhaustive small scope: 1 children, depth 1:" in result.output
+    assert " states, " in result.output
+    assert " transitions, depth " in result.output
+    assert "chart edge never taken: resuming --ChildMaterialized--> materialized" in result.output
+
+
+def test_verify_exhaustive_exits_1_with_the_shortest_trace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from dsh_subagent.cli.main import cli
+
+    _plant_no_authority_recheck(monkeypatch)
+    monkeypatch.setitem(SCOPES, "small", Scope(("a",), depth=1, resume=False))
+    result = CliRunner().invoke(cli, ["verify", "--exhaustive", "small"])
+    assert result.exit_code == 1
+    assert "violation, shortest trace (5 events):" in result.output
+    assert "# INV-AUTH-1: a: delivery from a stale or replaced parent" in result.output
+
+
+def test_the_canonical_key_sees_every_activation_field() -> None:
+    """A field the key leaves out merges distinct states (the lease once did): count them."""
+    import attrs
+
+    from dsh_subagent.core.manager.state import Activation
+    from dsh_subagent.spec import modelcheck
+
+    source = inspect.getsource(modelcheck._key)
+    missing = [f.name for f in attrs.fields(Activation) if f"r.{f.name}" not in source]
+    assert missing == []
