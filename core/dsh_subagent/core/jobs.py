@@ -36,7 +36,11 @@ from typing import Final, Literal, TypeAlias, assert_never
 
 import attrs
 
-from dsh_subagent.core.errors import invalid, not_accepted
+from dsh_subagent.core.errors import (
+    SubagentError,  # noqa: F401 (the CrossHair "raises:" names it)
+    invalid,
+    not_accepted,
+)
 from dsh_subagent.core.notices import CompletionDelivery, NoticeRoute, route_job_notice
 from dsh_subagent.core.pmap import PMap
 from dsh_subagent.core.values import EventId, SessionId

@@ -38,7 +38,10 @@ from typing import Final, TypeAlias, assert_never
 
 import attrs
 
-from dsh_subagent.core.errors import not_accepted
+from dsh_subagent.core.errors import (
+    SubagentError,  # noqa: F401 (the CrossHair "raises:" names it)
+    not_accepted,
+)
 from dsh_subagent.core.values import EventId, SubagentResult
 
 
