@@ -168,11 +168,11 @@ async def run_demo(say: Say, *, db: Path, step: Callable[[str], None]) -> list[d
     run = await service.start("spawn", ask("list three release risks", "risks"))
     result = await run.result
     await run.dispose()
-    say(f"  spawn (foreground) {run.id}: {text_of_output(result.output)}")
+    say(f"  spawn (foreground) {run.id}: {result.text}")
     run = await service.start("fork", ask("what are we auditing?", "recall"))
     result = await run.result
     await run.dispose()
-    say(f"  fork  (inherits history) {run.id}: {text_of_output(result.output)}")
+    say(f"  fork  (inherits history) {run.id}: {result.text}")
     background = await service.start("spawn", ask("draft the changelog", "changelog"))
     say(f"  spawn (background) started {background.id}; the parent keeps working")
 
@@ -226,7 +226,7 @@ async def run_demo(say: Say, *, db: Path, step: Callable[[str], None]) -> list[d
         await recorder.end_of(child)
     result = await background.result
     await background.dispose()
-    say(f"  collected background run {background.id}: {text_of_output(result.output)}")
+    say(f"  collected background run {background.id}: {result.text}")
     await parent.when_idle()
     for notice in _notices(parent):
         say(f"  notice: {notice}")
@@ -256,11 +256,6 @@ async def run_demo(say: Say, *, db: Path, step: Callable[[str], None]) -> list[d
         say(f"  catalog: {_catalog_line(child_row)}")
     await harness.close()
     return recorder.lines
-
-
-def text_of_output(output: Sequence[object]) -> str:
-    """The text blocks of a result's JSON output, joined."""
-    return "".join(str(block.get("text", "")) for block in output if isinstance(block, Mapping))
 
 
 def _state(state: object) -> str:
