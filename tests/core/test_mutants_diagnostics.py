@@ -91,9 +91,7 @@ def test_evt_16_run_pairing_refusals() -> None:
     state = _fold(Observation(), RunStarted(E, _start()))
     again = _raised(_fold, state, RunStarted(E, _start()))
     assert _said(again) == (ErrorCode.ILLEGAL_TRANSITION, "run_id", "run id 'r1' repeated")
-    orphan = _raised(
-        _fold, Observation(), RunEnded(E, RunEndInfo(_start(), KnownStop.COMPLETED))
-    )
+    orphan = _raised(_fold, Observation(), RunEnded(E, RunEndInfo(_start(), KnownStop.COMPLETED)))
     assert _said(orphan) == (
         ErrorCode.ILLEGAL_TRANSITION,
         "run_id",

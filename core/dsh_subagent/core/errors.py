@@ -54,6 +54,8 @@ class ErrorCode(enum.Enum):
     ACTIVATION_HELD = "ACTIVATION_HELD"
     # An append fenced by a lease epoch that is no longer the child's (LEASE-3).
     LEASE_LOST = "LEASE_LOST"
+    # A tree budget has nothing left in one dimension (DESIGN decision 7).
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
     # Misuse of a core machine: an event its current state does not accept.
     ILLEGAL_TRANSITION = "ILLEGAL_TRANSITION"
 

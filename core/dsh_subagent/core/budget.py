@@ -1,0 +1,416 @@
+"""Tree budgets: model-request, token and wall-time caps that hold under concurrent fan-out.
+
+Theory of operation
+-------------------
+1. A ``Budget`` caps any of four dimensions: model requests, input tokens, output tokens
+   (counted from the usage the model reports) and wall time (a duration). ``None`` leaves a
+   dimension uncapped. The host sets the root's budget; a child may ask for its own.
+2. The ``Ledger`` holds one ``Node`` per open agent. For each counted dimension a node
+   either has an *own* account (``Account``: limit, consumed, reserved, carved) or shares
+   its nearest capped ancestor's account: its ``payer`` for that dimension, fixed when the
+   node opens, so every operation costs O(1) in the depth of the tree and the number of
+   siblings (never a walk over ancestors).
+3. **Carving.** A child that asks for a cap in a dimension its payer caps too gets
+   ``min(asked, payer's remaining)``, and that amount moves into the payer's ``carved``. A
+   payer with nothing left refuses the child (``BUDGET_EXHAUSTED``). A cap under an
+   uncapped payer is simply the child's own. Wall time carves as a deadline: the child's
+   deadline is ``min(now + asked, the parent's deadline)``.
+4. **Reservation before work.** Each model request reserves, per dimension, between
+   ``at_least`` and ``want`` of the payer's remaining (the adapter passes 1 and 1 model
+   requests, the prompt's token estimate for input, and 1 up to the request's
+   ``max_tokens`` for output, then caps the request at the grant). Either every dimension
+   is granted or nothing changes and the refusal names the first dimension short (a
+   passed deadline counts as wall time). The adapter calls this inside the no-await span
+   that admits the model request, so concurrent siblings see each other's reservations
+   and can never together overshoot.
+5. **Settlement.** ``settle`` releases a reservation and charges the usage the model
+   reported. Usage beyond a grant is charged too (never hidden); the invariant below then
+   holds for every dimension whose grants bound the usage (model requests always; output
+   tokens when ``max_tokens`` is capped at the grant). An aborted request whose usage is
+   unknown settles with its whole grant.
+6. **Closing** a node (a settled one-shot child, a released Activation) requires its
+   reservations settled and its children closed (child-first teardown). Its own accounts'
+   consumption is charged to its payers and their carve is returned, so the unused part
+   flows back to the parent.
+7. **Invariant** (INV-BUDGET-1, checked by ``spec.budget_machine``): for every account,
+   ``consumed + reserved + carved <= limit`` whenever usage stays within grants, hence the
+   reserved and consumed amounts of a whole subtree never exceed its root's limit.
+8. Pure: the adapter passes ``now_ms``; reservation ids come from a counter in the ledger.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+import attrs
+
+from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
+from dsh_subagent.core.pmap import PMap
+
+
+class Dimension(enum.Enum):
+    """A budgeted dimension. The value is the wire and field spelling."""
+
+    MODEL_REQUESTS = "model_requests"
+    INPUT_TOKENS = "input_tokens"
+    OUTPUT_TOKENS = "output_tokens"
+    WALL_TIME = "wall_ms"
+
+
+COUNTED: Final = (Dimension.MODEL_REQUESTS, Dimension.INPUT_TOKENS, Dimension.OUTPUT_TOKENS)
+"""The dimensions kept as accounts, in the order ``Amounts`` and ``Node`` tuples use."""
+
+
+@attrs.frozen
+class Amounts:
+    """An amount per counted dimension (usage, a reservation's want or grant)."""
+
+    model_requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        return (self.model_requests, self.input_tokens, self.output_tokens)
+
+
+@attrs.frozen
+class Budget:
+    """Caps per dimension; ``None`` leaves that dimension uncapped."""
+
+    model_requests: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    wall_ms: int | None = None
+
+    def counted(self) -> tuple[int | None, int | None, int | None]:
+        return (self.model_requests, self.input_tokens, self.output_tokens)
+
+
+def validate_budget(value: object, field: str) -> Budget:
+    """Return ``value`` as a ``Budget`` whose caps are non-negative ints, or raise.
+
+    ``INVALID_ARGUMENT`` names ``field`` and the offending dimension.
+    """
+    if not isinstance(value, Budget):
+        raise invalid(field, "must be a Budget")
+    for dimension in Dimension:
+        cap = getattr(value, dimension.value)
+        if cap is not None and (type(cap) is not int or cap < 0):
+            raise invalid(
+                f"{field}.{dimension.value}", f"must be a non-negative integer or None, got {cap!r}"
+            )
+    return value
+
+
+@attrs.frozen
+class Account:
+    """One capped dimension of one node: ``consumed + reserved + carved <= limit``."""
+
+    limit: int
+    consumed: int = 0
+    reserved: int = 0
+    carved: int = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.limit - self.consumed - self.reserved - self.carved
+
+
+def grant_from(remaining: int, want: int, at_least: int) -> int | None:
+    """The amount granted from ``remaining``: ``min(want, remaining)``, or None if short.
+
+    pre: 0 <= at_least <= want
+    post: __return__ is None or at_least <= __return__ <= want
+    post: __return__ is None or __return__ <= max(remaining, 0) or want == 0
+    """
+    granted = min(want, max(remaining, 0))
+    return granted if granted >= at_least else None
+
+
+def carve_from(remaining: int, asked: int) -> int | None:
+    """The cap a child gets from its payer's ``remaining``, or None when nothing is left.
+
+    A child asking for 0 gets 0 (a zero cap is legal: it refuses every request).
+
+    pre: asked >= 0
+    post: __return__ is None or 0 <= __return__ <= asked
+    post: __return__ is None or __return__ <= max(remaining, 0) or asked == 0
+    """
+    if asked == 0:
+        return 0
+    granted = min(asked, max(remaining, 0))
+    return granted if granted > 0 else None
+
+
+def child_deadline(now_ms: int, asked_ms: int | None, parent_deadline: int | None) -> int | None:
+    """The child's absolute deadline: its own wall time from now, never past the parent's.
+
+    pre: asked_ms is None or asked_ms >= 0
+    post: parent_deadline is None or (__return__ is not None and __return__ <= parent_deadline)
+    post: asked_ms is None or (__return__ is not None and __return__ <= now_ms + asked_ms)
+    """
+    own = None if asked_ms is None else now_ms + asked_ms
+    if own is None:
+        return parent_deadline
+    return own if parent_deadline is None else min(own, parent_deadline)
+
+
+@attrs.frozen
+class Node:
+    """One open agent: its own accounts, its payers, deadline and what is still open."""
+
+    parent: str | None
+    own: tuple[Account | None, Account | None, Account | None]
+    payers: tuple[str | None, str | None, str | None]
+    deadline_ms: int | None
+    open_children: int = 0
+    outstanding: int = 0
+
+
+@attrs.frozen
+class Reservation:
+    """A granted reservation, settled exactly once."""
+
+    id: int
+    node: str
+    granted: Amounts
+
+
+@attrs.frozen
+class Exhausted:
+    """A refused reservation: which dimension is short (or past its deadline)."""
+
+    dimension: Dimension
+
+
+@attrs.frozen
+class Ledger:
+    """Every open node and every unsettled reservation."""
+
+    nodes: PMap[str, Node] = attrs.field(factory=PMap)
+    reservations: PMap[int, Reservation] = attrs.field(factory=PMap)
+    next_reservation: int = 0
+
+
+def _exhausted(dimension: Dimension, node: str) -> SubagentError:
+    return SubagentError(
+        ErrorCode.BUDGET_EXHAUSTED,
+        f"the budget of {node!r} is exhausted: no {dimension.value} left",
+        field=f"budget.{dimension.value}",
+    )
+
+
+def _node(ledger: Ledger, node: str) -> Node:
+    found = ledger.nodes.get(node)
+    if found is None:
+        raise SubagentError(ErrorCode.NOT_FOUND, f"no open budget node {node!r}", field="node")
+    return found
+
+
+def _account(nodes: PMap[str, Node], payer: str, index: int) -> Account:
+    account = nodes[payer].own[index]
+    assert account is not None, "a payer owns its account"
+    return account
+
+
+def _with_account(
+    nodes: PMap[str, Node], payer: str, index: int, account: Account
+) -> PMap[str, Node]:
+    node = nodes[payer]
+    own = list(node.own)
+    own[index] = account
+    return nodes.set(payer, attrs.evolve(node, own=(own[0], own[1], own[2])))
+
+
+def open_root(ledger: Ledger, node: str, budget: Budget, now_ms: int) -> Ledger:
+    """Open a root node with the host's ``budget`` (raises ``DUPLICATE_CHILD`` if open)."""
+    return _open(ledger, node, None, validate_budget(budget, "budget"), now_ms)
+
+
+def open_child(ledger: Ledger, parent: str, node: str, asked: Budget, now_ms: int) -> Ledger:
+    """Open ``node`` under ``parent``, carving its caps from the parent's payers (3)."""
+    return _open(ledger, node, parent, validate_budget(asked, "budget"), now_ms)
+
+
+def _open(ledger: Ledger, node: str, parent: str | None, asked: Budget, now_ms: int) -> Ledger:
+    if node in ledger.nodes:
+        raise SubagentError(
+            ErrorCode.DUPLICATE_CHILD, f"budget node {node!r} is already open", field="node"
+        )
+    up = None if parent is None else _node(ledger, parent)
+    if up is not None and up.deadline_ms is not None and now_ms >= up.deadline_ms:
+        raise _exhausted(Dimension.WALL_TIME, parent or node)
+    nodes = ledger.nodes
+    own: list[Account | None] = [None, None, None]
+    payers: list[str | None] = [None, None, None]
+    for index, cap in enumerate(asked.counted()):
+        inherited = None if up is None else up.payers[index]
+        if cap is None:
+            payers[index] = inherited
+            continue
+        payers[index] = node
+        if inherited is None:
+            own[index] = Account(limit=cap)
+            continue
+        account = _account(nodes, inherited, index)
+        carved = carve_from(account.remaining, cap)
+        if carved is None:
+            raise _exhausted(COUNTED[index], inherited)
+        own[index] = Account(limit=carved)
+        nodes = _with_account(
+            nodes, inherited, index, attrs.evolve(account, carved=account.carved + carved)
+        )
+    deadline = child_deadline(now_ms, asked.wall_ms, None if up is None else up.deadline_ms)
+    if parent is not None:
+        above = nodes[parent]
+        nodes = nodes.set(parent, attrs.evolve(above, open_children=above.open_children + 1))
+    opened = Node(
+        parent=parent,
+        own=(own[0], own[1], own[2]),
+        payers=(payers[0], payers[1], payers[2]),
+        deadline_ms=deadline,
+    )
+    return attrs.evolve(ledger, nodes=nodes.set(node, opened))
+
+
+def reserve(
+    ledger: Ledger, node: str, want: Amounts, at_least: Amounts, now_ms: int
+) -> tuple[Ledger, Reservation] | Exhausted:
+    """Reserve one model request's share for ``node``, all dimensions or none (4)."""
+    opened = _node(ledger, node)
+    if opened.deadline_ms is not None and now_ms >= opened.deadline_ms:
+        return Exhausted(Dimension.WALL_TIME)
+    granted = [0, 0, 0]
+    nodes = ledger.nodes
+    for index, (wanted, least) in enumerate(zip(want.as_tuple(), at_least.as_tuple(), strict=True)):
+        if not 0 <= least <= wanted:
+            raise invalid(
+                f"want.{COUNTED[index].value}",
+                f"need 0 <= at_least <= want, got {least} and {wanted}",
+            )
+        payer = opened.payers[index]
+        if payer is None:
+            granted[index] = wanted
+            continue
+        account = _account(nodes, payer, index)
+        amount = grant_from(account.remaining, wanted, least)
+        if amount is None:
+            return Exhausted(COUNTED[index])
+        granted[index] = amount
+        nodes = _with_account(
+            nodes, payer, index, attrs.evolve(account, reserved=account.reserved + amount)
+        )
+    me = nodes[node]
+    nodes = nodes.set(node, attrs.evolve(me, outstanding=me.outstanding + 1))
+    reservation = Reservation(ledger.next_reservation, node, Amounts(*granted))
+    return (
+        Ledger(
+            nodes=nodes,
+            reservations=ledger.reservations.set(reservation.id, reservation),
+            next_reservation=ledger.next_reservation + 1,
+        ),
+        reservation,
+    )
+
+
+def settle(ledger: Ledger, reservation: int, used: Amounts | None) -> Ledger:
+    """Release ``reservation`` and charge ``used`` (None: the whole grant, 5)."""
+    held = ledger.reservations.get(reservation)
+    if held is None:
+        raise SubagentError(
+            ErrorCode.ILLEGAL_TRANSITION,
+            f"reservation {reservation} is not outstanding",
+            field="reservation",
+        )
+    charge = held.granted if used is None else used
+    opened = ledger.nodes[held.node]
+    nodes = ledger.nodes
+    for index, (granted, spent) in enumerate(
+        zip(held.granted.as_tuple(), charge.as_tuple(), strict=True)
+    ):
+        if spent < 0:
+            raise invalid(f"used.{COUNTED[index].value}", f"must be non-negative, got {spent}")
+        payer = opened.payers[index]
+        if payer is None:
+            continue
+        account = _account(nodes, payer, index)
+        nodes = _with_account(
+            nodes,
+            payer,
+            index,
+            attrs.evolve(
+                account, reserved=account.reserved - granted, consumed=account.consumed + spent
+            ),
+        )
+    me = nodes[held.node]
+    nodes = nodes.set(held.node, attrs.evolve(me, outstanding=me.outstanding - 1))
+    return attrs.evolve(ledger, nodes=nodes, reservations=ledger.reservations.remove(reservation))
+
+
+def close(ledger: Ledger, node: str) -> Ledger:
+    """Close ``node``: charge its own consumption to its payers, return the rest (6)."""
+    opened = _node(ledger, node)
+    if opened.outstanding or opened.open_children:
+        raise SubagentError(
+            ErrorCode.ILLEGAL_TRANSITION,
+            f"budget node {node!r} still has {opened.outstanding} reservations and "
+            f"{opened.open_children} open children",
+            field="node",
+        )
+    parent = None if opened.parent is None else ledger.nodes[opened.parent]
+    nodes = ledger.nodes.remove(node)
+    for index, account in enumerate(opened.own):
+        payer = None if parent is None else parent.payers[index]
+        if account is None or payer is None:
+            continue
+        above = _account(nodes, payer, index)
+        nodes = _with_account(
+            nodes,
+            payer,
+            index,
+            attrs.evolve(
+                above,
+                carved=above.carved - account.limit,
+                consumed=above.consumed + account.consumed,
+            ),
+        )
+    if opened.parent is not None:
+        above_node = nodes[opened.parent]
+        nodes = nodes.set(
+            opened.parent, attrs.evolve(above_node, open_children=above_node.open_children - 1)
+        )
+    return attrs.evolve(ledger, nodes=nodes)
+
+
+def remaining(ledger: Ledger, node: str) -> Budget:
+    """What ``node`` may still reserve per dimension (None: uncapped), for listings."""
+    opened = _node(ledger, node)
+    counted = [
+        None if payer is None else max(_account(ledger.nodes, payer, index).remaining, 0)
+        for index, payer in enumerate(opened.payers)
+    ]
+    return Budget(counted[0], counted[1], counted[2], None)
+
+
+__all__ = [
+    "COUNTED",
+    "Account",
+    "Amounts",
+    "Budget",
+    "Dimension",
+    "Exhausted",
+    "Ledger",
+    "Node",
+    "Reservation",
+    "carve_from",
+    "child_deadline",
+    "close",
+    "grant_from",
+    "open_child",
+    "open_root",
+    "remaining",
+    "reserve",
+    "settle",
+    "validate_budget",
+]

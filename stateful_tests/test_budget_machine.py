@@ -1,0 +1,20 @@
+"""Tree budgets under concurrent fan-out (``dsh_subagent.spec.budget_machine.BudgetMachine``).
+
+At least 1,000 sequences of up to 40 steps in every profile (pure core: seconds); larger
+profiles such as ``soak`` run more.
+"""
+
+from __future__ import annotations
+
+from hypothesis import settings
+
+from dsh_subagent.spec.budget_machine import BudgetMachine
+
+_profile = settings()  # the loaded profile (see conftest.py)
+BudgetMachine.TestCase.settings = settings(
+    parent=_profile,
+    max_examples=max(1_000, _profile.max_examples),
+    stateful_step_count=max(40, _profile.stateful_step_count),
+    deadline=None,
+)
+BudgetMachineTest = BudgetMachine.TestCase

@@ -1,0 +1,161 @@
+"""Tree budgets in the pure core: carving, reservation, settlement and closing."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsh_subagent.core import budget as b
+from dsh_subagent.core.budget import Amounts, Budget, Dimension, Exhausted, Ledger
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+
+ONE_REQUEST = Amounts(model_requests=1)
+
+
+def code_of(call: object) -> ErrorCode:
+    assert callable(call)
+    with pytest.raises(SubagentError) as caught:
+        call()
+    return caught.value.code
+
+
+def reserved(result: tuple[Ledger, b.Reservation] | Exhausted) -> tuple[Ledger, b.Reservation]:
+    assert not isinstance(result, Exhausted), result
+    return result
+
+
+def test_budget_1_caps_are_validated_naming_the_dimension() -> None:
+    with pytest.raises(SubagentError) as caught:
+        b.open_root(Ledger(), "root", Budget(input_tokens=-1), 0)
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert caught.value.field == "budget.input_tokens"
+    with pytest.raises(SubagentError) as caught:
+        b.validate_budget(Budget(model_requests=True), "request.budget")
+    assert caught.value.field == "request.budget.model_requests"
+    with pytest.raises(SubagentError) as caught:
+        b.validate_budget({"model_requests": 1}, "request.budget")
+    assert caught.value.field == "request.budget"
+
+
+def test_budget_2_a_child_carves_its_cap_and_returns_the_unused_part_on_close() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=10), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(model_requests=4), 0)
+    assert b.remaining(ledger, "root").model_requests == 6
+    ledger, grant = reserved(b.reserve(ledger, "kid", ONE_REQUEST, ONE_REQUEST, 0))
+    ledger = b.settle(ledger, grant.id, ONE_REQUEST)
+    assert b.remaining(ledger, "kid").model_requests == 3
+    ledger = b.close(ledger, "kid")
+    assert b.remaining(ledger, "root").model_requests == 9
+    assert b.close(ledger, "root").nodes == {}
+
+
+def test_budget_3_carving_is_clamped_to_what_is_left_and_refused_when_nothing_is() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(output_tokens=100), 0)
+    ledger = b.open_child(ledger, "root", "a", Budget(output_tokens=80), 0)
+    ledger = b.open_child(ledger, "root", "b", Budget(output_tokens=80), 0)
+    assert b.remaining(ledger, "b").output_tokens == 20
+    assert code_of(lambda: b.open_child(ledger, "root", "c", Budget(output_tokens=1), 0)) is (
+        ErrorCode.BUDGET_EXHAUSTED
+    )
+    zero = b.open_child(ledger, "root", "z", Budget(output_tokens=0), 0)
+    assert b.remaining(zero, "z").output_tokens == 0
+
+
+def test_budget_4_an_uncapped_child_shares_its_payers_account() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=2), 0)
+    ledger = b.open_child(ledger, "root", "a", Budget(), 0)
+    ledger = b.open_child(ledger, "a", "a1", Budget(), 0)
+    ledger, first = reserved(b.reserve(ledger, "a1", ONE_REQUEST, ONE_REQUEST, 0))
+    ledger, second = reserved(b.reserve(ledger, "root", ONE_REQUEST, ONE_REQUEST, 0))
+    assert b.reserve(ledger, "a", ONE_REQUEST, ONE_REQUEST, 0) == Exhausted(
+        Dimension.MODEL_REQUESTS
+    )
+    ledger = b.settle(ledger, first.id, Amounts())
+    assert b.remaining(ledger, "a").model_requests == 1
+    ledger = b.settle(ledger, second.id, None)
+    ledger = b.close(b.close(ledger, "a1"), "a")
+    assert b.remaining(ledger, "root").model_requests == 1
+
+
+def test_budget_5_an_own_cap_under_an_uncapped_parent_is_the_childs_own() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(input_tokens=50), 0)
+    assert b.remaining(ledger, "root") == Budget()
+    ledger, grant = reserved(
+        b.reserve(ledger, "kid", Amounts(input_tokens=40), Amounts(input_tokens=40), 0)
+    )
+    assert grant.granted.input_tokens == 40
+    assert b.reserve(ledger, "kid", Amounts(input_tokens=20), Amounts(input_tokens=20), 0) == (
+        Exhausted(Dimension.INPUT_TOKENS)
+    )
+    ledger = b.close(b.settle(ledger, grant.id, Amounts(input_tokens=30)), "kid")
+    assert b.remaining(ledger, "root") == Budget()
+
+
+def test_budget_6_output_grants_shrink_to_what_is_left_and_are_all_or_nothing() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=5, output_tokens=10), 0)
+    want = Amounts(model_requests=1, output_tokens=8)
+    least = Amounts(model_requests=1, output_tokens=1)
+    ledger, first = reserved(b.reserve(ledger, "root", want, least, 0))
+    ledger, second = reserved(b.reserve(ledger, "root", want, least, 0))
+    assert second.granted == Amounts(model_requests=1, output_tokens=2)
+    before = ledger
+    assert b.reserve(ledger, "root", want, least, 0) == Exhausted(Dimension.OUTPUT_TOKENS)
+    assert b.remaining(before, "root").model_requests == 3
+    assert first.granted.output_tokens == 8
+
+
+def test_budget_7_wall_time_is_a_deadline_never_past_the_parents() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(wall_ms=1_000), 100)
+    ledger = b.open_child(ledger, "root", "kid", Budget(wall_ms=5_000), 200)
+    assert ledger.nodes["kid"].deadline_ms == 1_100
+    ledger = b.open_child(ledger, "root", "quick", Budget(wall_ms=10), 200)
+    assert ledger.nodes["quick"].deadline_ms == 210
+    assert isinstance(b.reserve(ledger, "kid", ONE_REQUEST, ONE_REQUEST, 1_099), tuple)
+    assert b.reserve(ledger, "kid", ONE_REQUEST, ONE_REQUEST, 1_100) == Exhausted(
+        Dimension.WALL_TIME
+    )
+    assert code_of(lambda: b.open_child(ledger, "root", "late", Budget(), 1_100)) is (
+        ErrorCode.BUDGET_EXHAUSTED
+    )
+    free = b.open_root(Ledger(), "r", Budget(wall_ms=None), 0)
+    free = b.open_child(free, "r", "k", Budget(wall_ms=7), 3)
+    assert free.nodes["k"].deadline_ms == 10
+
+
+def test_budget_8_misuse_is_typed() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=3), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(), 0)
+    assert code_of(lambda: b.open_root(ledger, "root", Budget(), 0)) is ErrorCode.DUPLICATE_CHILD
+    assert code_of(lambda: b.open_child(ledger, "nobody", "x", Budget(), 0)) is (
+        ErrorCode.NOT_FOUND
+    )
+    assert code_of(lambda: b.close(ledger, "root")) is ErrorCode.ILLEGAL_TRANSITION
+    assert code_of(lambda: b.settle(ledger, 99, None)) is ErrorCode.ILLEGAL_TRANSITION
+    bad = Amounts(model_requests=2)
+    assert code_of(lambda: b.reserve(ledger, "kid", ONE_REQUEST, bad, 0)) is (
+        ErrorCode.INVALID_ARGUMENT
+    )
+    held, grant = reserved(b.reserve(ledger, "kid", ONE_REQUEST, ONE_REQUEST, 0))
+    assert code_of(lambda: b.close(held, "kid")) is ErrorCode.ILLEGAL_TRANSITION
+    negative = Amounts(model_requests=-1)
+    assert code_of(lambda: b.settle(held, grant.id, negative)) is ErrorCode.INVALID_ARGUMENT
+
+
+def test_budget_9_usage_past_a_grant_is_charged_not_hidden() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(input_tokens=10), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(input_tokens=5), 0)
+    ledger, grant = reserved(
+        b.reserve(ledger, "kid", Amounts(input_tokens=5), Amounts(input_tokens=5), 0)
+    )
+    ledger = b.close(b.settle(ledger, grant.id, Amounts(input_tokens=9)), "kid")
+    assert b.remaining(ledger, "root").input_tokens == 1
+
+
+def test_budget_10_pure_helpers_honour_their_bounds() -> None:
+    assert b.grant_from(5, 8, 1) == 5
+    assert b.grant_from(-3, 8, 1) is None
+    assert b.grant_from(0, 0, 0) == 0
+    assert b.carve_from(0, 0) == 0
+    assert b.carve_from(-1, 4) is None
+    assert b.child_deadline(10, None, None) is None
+    assert b.child_deadline(10, 5, None) == 15
