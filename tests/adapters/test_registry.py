@@ -447,3 +447,24 @@ def test_harness_16_configure_runs_before_setup_and_a_failure_rolls_back() -> No
         assert world.store.get(SID) is None
 
     run(main)
+
+
+def test_harness_16_registry_close_reports_a_failed_disposal_after_disposing_the_rest() -> None:
+    async def main() -> None:
+        world = World()
+        broken = await world.registry.create(CreateOptions(SessionId("broken")))
+        fine = await world.registry.create(CreateOptions(SessionId("fine")))
+
+        def explode() -> None:
+            raise OSError("disk gone")
+
+        broken.agent.ctx.defer(explode)
+        with pytest.raises(SubagentError) as err:
+            await world.registry.close()
+        assert err.value.code is ErrorCode.ACTIVATION_TEARDOWN_FAILED
+        assert "agent registry teardown failed in 1 branch(es)" in str(err.value)
+        assert "disk gone" in str(err.value)
+        assert fine.agent.ctx.disposed
+        assert world.registry.list() == []
+
+    run(main)

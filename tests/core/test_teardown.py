@@ -19,6 +19,7 @@ from dsh_subagent.core.teardown import (
     durability_report,
     forest_roots,
     plan_teardown,
+    teardown_failure,
 )
 from dsh_subagent.core.values import SessionId
 
@@ -114,6 +115,16 @@ def test_tear_12_root_disposal_aggregates_every_failed_branch() -> None:
     assert "whole manager" in error.message
     assert "3 branch" in error.message
     assert all(f"b{n}" in error.message for n in range(3))
+
+
+def test_tear_12_a_branch_failure_stays_typed_and_a_raw_one_is_wrapped() -> None:
+    typed = SubagentError(ErrorCode.DURABILITY_FAILED, "flush refused")
+    assert teardown_failure(typed) is typed
+    raw = OSError("disk gone")
+    wrapped = teardown_failure(raw)
+    assert wrapped.code is ErrorCode.ACTIVATION_TEARDOWN_FAILED
+    assert wrapped.cause is raw
+    assert "disk gone" in wrapped.message
 
 
 def test_tear_4_flush_false_or_raise_reports_durability_failed() -> None:

@@ -108,6 +108,13 @@ def aggregate_branches(subject: str, failures: Sequence[SubagentError]) -> Subag
     )
 
 
+def teardown_failure(error: BaseException) -> SubagentError:
+    """``error`` as one teardown branch's failure: a ``SubagentError`` stays itself."""
+    if isinstance(error, SubagentError):
+        return error
+    return SubagentError(ErrorCode.ACTIVATION_TEARDOWN_FAILED, repr(error), cause=error)
+
+
 class FlushOutcome(enum.Enum):
     """The final flush's result: confirmed, refused (returned False) or raised."""
 

@@ -71,8 +71,8 @@ from dsh_subagent.adapters.tools import (
     SubagentToolConfig,
     register_task_tools,
 )
-from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
-from dsh_subagent.core.teardown import aggregate_branches
+from dsh_subagent.core.errors import SubagentError, invalid
+from dsh_subagent.core.teardown import aggregate_branches, teardown_failure
 from dsh_subagent.core.values import AgentOptions, SessionId
 
 ModelFor = Callable[[LiveSession, AgentOptions], Model]
@@ -303,12 +303,8 @@ class ReferenceHarness:
         async def attempt(step: Awaitable[object]) -> None:
             try:
                 await step
-            except SubagentError as error:
-                failures.append(error)
             except Exception as error:  # reported with the rest, never skipping a step
-                failures.append(
-                    SubagentError(ErrorCode.ACTIVATION_TEARDOWN_FAILED, repr(error), cause=error)
-                )
+                failures.append(teardown_failure(error))
 
         await attempt(self.service.drain_continuable())
         sessions = self.store.list()

@@ -50,6 +50,7 @@ from dsh_subagent.adapters.signals import (
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_str
+from dsh_subagent.core.teardown import aggregate_branches, teardown_failure
 from dsh_subagent.core.values import AgentOptions, CancelKind, SessionId
 
 AgentFactory = Callable[[LiveSession, AgentOptions], ReferenceAgent]
@@ -233,7 +234,18 @@ class AgentRegistry:
         self.session_start.emit(SessionStart(agent, source))
 
     async def close(self) -> None:
-        """Abort pending setups and dispose every live agent."""
+        """Abort pending setups and dispose every live agent, awaiting every disposal.
+
+        Failed disposals are raised once, together, as ``ACTIVATION_TEARDOWN_FAILED``.
+        """
         self._teardown.abort(SubagentError(ErrorCode.CANCELLED, "agent registry closed"))
         handles = list(self._handles.values())
-        await asyncio.gather(*(handle.dispose() for handle in handles), return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *(handle.dispose() for handle in handles), return_exceptions=True
+        )
+        failure = aggregate_branches(
+            "agent registry",
+            [teardown_failure(outcome) for outcome in outcomes if outcome is not None],
+        )
+        if failure is not None:
+            raise failure
