@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -362,3 +363,25 @@ def test_obs_5_lifecycle_logs_carry_child_parent_and_run_ids(
         assert record.child_id  # type: ignore[attr-defined]
         assert record.run_id  # type: ignore[attr-defined]
     assert records[0].run_id == records[1].run_id  # type: ignore[attr-defined]
+
+
+def test_obs_2_demo_trace_prints_the_span_tree_from_the_sdk(tmp_path: Path) -> None:
+    # In a subprocess: ``--trace`` installs the global tracer provider, which this
+    # process's other tests must never see.
+    db = tmp_path / "d.db"
+    code = f"from dsh_subagent.cli.main import cli; cli(['demo', '--trace', '--db', {str(db)!r}])"
+    shown = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    tree = shown.stdout.split("the span tree", 1)[1]
+    assert "invoke_agent researcher  (id=researcher, mode=continuable, epoch=1" in tree
+    assert "└── dsh.subagent.teardown  (id=checker)" in tree
+    assert "route=new-turn" in tree
+    assert "previous-epoch -> invoke_agent writer" in tree
