@@ -76,6 +76,7 @@ from dsh_subagent.adapters.protocols import (
 )
 from dsh_subagent.adapters.setup_registry import ContinuableSetupRegistry
 from dsh_subagent.adapters.signals import AbortSignal
+from dsh_subagent.adapters.telemetry import Lifecycle
 from dsh_subagent.core.authority import AncestorInterrupt, UserInterrupt
 from dsh_subagent.core.errors import SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_str
@@ -144,6 +145,7 @@ class ContinuationManager:
         compose: Callable[..., object] | None = None,
         ids: Callable[[], str] = lambda: str(uuid.uuid4()),
         limits: Limits = DEFAULT_LIMITS,
+        tracing: Lifecycle | None = None,
     ) -> None:
         services = Services(
             agents,
@@ -158,7 +160,8 @@ class ContinuationManager:
         )
         self._agents = agents
         self._limits = limits
-        self._engine = Engine(agents, sessions, emit, ids)
+        self._tracing = tracing or Lifecycle()
+        self._engine = Engine(agents, sessions, emit, ids, self._tracing)
         self._identities = Identities(agents)
         self._locks = ChildLocks()
         self._barrier = Barrier()
@@ -208,8 +211,9 @@ class ContinuationManager:
         queue = self._queued.setdefault(child_id, collections.deque())
         queue.append(queued)
         try:
-            async with self._locks.locked(child_id):
-                return await self._route(child_id, queued)
+            with self._tracing.followup(child_id):
+                async with self._locks.locked(child_id):
+                    return await self._route(child_id, queued)
         finally:
             queue.remove(queued)
             if not queue:
@@ -322,17 +326,19 @@ class ContinuationManager:
 
     async def drain(self) -> None:
         """Close admission for good and release every Activation child-first (TEAR-13)."""
-        targets = self._dispatch_drain(WholeManager())
-        await self._barrier.wait(lambda _lineage: True)
-        await await_branches(targets, "whole manager")
+        with self._tracing.drain("whole manager"):
+            targets = self._dispatch_drain(WholeManager())
+            await self._barrier.wait(lambda _lineage: True)
+            await await_branches(targets, "whole manager")
 
     async def drain_descendants(self, parents: Sequence[Agent]) -> None:
         """Release the live descendants of these exact live roots (TEAR-8, AUTH-11)."""
         presented = tuple(self._identities.presented(parent) for parent in parents)
-        targets = self._dispatch_drain(DescendantsOf(presented))
-        roots = frozenset(each.agent for each in presented if each.is_exact_live)
-        await self._barrier.wait(lambda lineage: not roots.isdisjoint(lineage))
-        await await_branches(targets, "scoped")
+        with self._tracing.drain("scoped"):
+            targets = self._dispatch_drain(DescendantsOf(presented))
+            roots = frozenset(each.agent for each in presented if each.is_exact_live)
+            await self._barrier.wait(lambda lineage: not roots.isdisjoint(lineage))
+            await await_branches(targets, "scoped")
 
     async def drain_children(self, parent: Agent, ids: Sequence[SessionId]) -> None:
         """Release selected children of a live parent; admission stays open (TEAR-11)."""
@@ -341,9 +347,10 @@ class ContinuationManager:
             for index, each in enumerate(ids)
         )
         presented = self._identities.presented(parent)
-        await await_branches(
-            self._dispatch_drain(SelectedChildren(presented, child_ids)), "selected"
-        )
+        with self._tracing.drain("selected"):
+            await await_branches(
+                self._dispatch_drain(SelectedChildren(presented, child_ids)), "selected"
+            )
 
     def _dispatch_drain(self, scope: DrainScope) -> list[asyncio.Future[SubagentError | None]]:
         return self._engine.drain(DrainRequested(self._engine.event_id(), scope))

@@ -40,6 +40,7 @@ from typing import TypeAlias, assert_never
 import attrs
 
 from dsh_subagent.adapters.protocols import (
+    Agent,
     AgentHandle,
     AgentRegistry,
     CancelCause,
@@ -48,6 +49,7 @@ from dsh_subagent.adapters.protocols import (
     StatusNotification,
 )
 from dsh_subagent.adapters.signals import Unsubscribe
+from dsh_subagent.adapters.telemetry import Lifecycle, fields
 from dsh_subagent.core import wire
 from dsh_subagent.core.authority import FollowupAuthority
 from dsh_subagent.core.errors import ErrorCode, SubagentError
@@ -140,6 +142,11 @@ class LiveChild:
     rollback: asyncio.Future[None] | None = None
     release_lease: Callable[[], Awaitable[None]] | None = None
 
+    def fields(self) -> dict[str, object]:
+        """The structured log fields of this Activation (OBS-5)."""
+        run_id = None if self.start_info is None else self.start_info.run_id
+        return fields(self.child_id, self.parent_session, None, run_id)
+
     def released_failure(self) -> SubagentError | None:
         """The combined teardown failure of this Activation (TEAR-5)."""
         errors = list(self.failures)
@@ -158,8 +165,10 @@ class Engine:
         sessions: SessionStore,
         emit: Emit,
         ids: Callable[[], str],
+        tracing: Lifecycle | None = None,
     ) -> None:
         self.agents = agents
+        self.tracing = tracing or Lifecycle()
         self.sessions = sessions
         self.state = ManagerState()
         self.children: dict[SessionId, LiveChild] = {}
@@ -193,14 +202,18 @@ class Engine:
                     handback = Routed.AWAIT_RELEASE
                 case AwaitBranches():
                     handback = effect
-                case EmitStart():
+                case EmitStart(child_id=child_id, epoch=epoch):
+                    self.tracing.epoch(child_id, epoch)
                     self._publish(effect)
                 case CancelAgent(child_id=child_id, kind=kind, keep_inbox=keep):
                     self.children[child_id].handle.agent.cancel(CancelCause(kind), keep_inbox=keep)
                 case FlushSession(child_id=child_id):
-                    self._spawn(self._flush(self.children[child_id]))
+                    live = self.children[child_id]
+                    self.tracing.teardown_begin(child_id, live.parent_session)
+                    self._spawn(self._flush(live))
                 case ReportDurabilityFailed(report=report):
-                    _log.warning("%s: %s", report.code.value, report.message)
+                    extra = self.children[report.child_id].fields()
+                    _log.warning("%s: %s", report.code.value, report.message, extra=extra)
                 case DisposeHandle(child_id=child_id):
                     self._dispose(child_id, after_flush=isinstance(event, FlushReported))
                 case SendNotice():
@@ -238,6 +251,7 @@ class Engine:
         finally:
             self.outbox.pop(message.id, None)
         assert isinstance(routed, Routed)
+        self.tracing.routed(child_id, routed.value)
         if routed is Routed.DELIVERED:
             self.dispatch(MessageAccepted(self.event_id(), child_id, message.id))
             return message.id
@@ -275,11 +289,19 @@ class Engine:
         """Deliver by the core's route; never let a failure reach teardown (NOTICE-14)."""
         message = UserMessage(effect.message_id, effect.content, effect.source)
         parent = self.agents.get(effect.parent_session)
-        if effect.route is NoticeRoute.DROP or parent is None:
-            _log.info(
-                "settlement notice for %s dropped: no parent", effect.source.sender_session_id
-            )
-            return
+        child_id = effect.source.sender_session_id
+        dropped = effect.route is NoticeRoute.DROP or parent is None
+        with self.tracing.notice(child_id, effect.parent_session, effect.route, dropped=dropped):
+            if parent is None or dropped:
+                _log.info(
+                    "settlement notice for %s dropped: no parent",
+                    child_id,
+                    extra=fields(child_id, effect.parent_session),
+                )
+                return
+            self._deliver_notice(effect, message, parent)
+
+    def _deliver_notice(self, effect: SendNotice, message: UserMessage, parent: Agent) -> None:
         sends = {
             NoticeRoute.FOLLOWUP: parent.followup,
             NoticeRoute.STEER: parent.steer,
@@ -293,7 +315,12 @@ class Engine:
             else:
                 sends[effect.route](message)
         except Exception:
-            _log.warning("settlement notice was not delivered to %s", parent.id, exc_info=True)
+            _log.warning(
+                "settlement notice was not delivered to %s",
+                parent.id,
+                exc_info=True,
+                extra=fields(effect.source.sender_session_id, parent.id),
+            )
 
     def _deliver_report(self, effect: DeliverReport) -> None:
         """Send a framed report; a failing send is PARENT_UNAVAILABLE (CONT-31)."""
@@ -352,6 +379,7 @@ class Engine:
 
     def _finish(self, effect: EmitEnd) -> None:
         """The end edge closes the epoch; the release future resolves (TEAR-2 step 14)."""
+        self.tracing.teardown_end(effect.child_id)
         live = self.children.pop(effect.child_id)
         for unsubscribe in live.unsubscribers:
             unsubscribe()
@@ -367,7 +395,12 @@ class Engine:
             try:
                 self._emit(SUBAGENT_END, end)
             except Exception:
-                _log.warning("subagent/end for %s was not published", live.child_id, exc_info=True)
+                _log.warning(
+                    "subagent/end for %s was not published",
+                    live.child_id,
+                    exc_info=True,
+                    extra=live.fields(),
+                )
         if not live.released.done():
             live.released.set_result(failure)
 
@@ -395,6 +428,7 @@ class Engine:
                 "final flush of %s failed; persisted state may be unavailable or stale on resume",
                 live.child_id,
                 exc_info=True,
+                extra=live.fields(),
             )
         # The core answers with ``DisposeHandle``; this task carries the release on, so a
         # child's teardown never needs a second task.
@@ -456,7 +490,12 @@ async def release_lease(live: LiveChild) -> None:
     try:
         await release()
     except Exception:
-        _log.warning("the lease of %s was not released; it expires", live.child_id, exc_info=True)
+        _log.warning(
+            "the lease of %s was not released; it expires",
+            live.child_id,
+            exc_info=True,
+            extra=live.fields(),
+        )
 
 
 def new_release() -> asyncio.Future[SubagentError | None]:

@@ -57,7 +57,7 @@ from typing import Final, TypeAlias, assert_never
 
 import attrs
 
-from dsh_subagent.adapters import catalog
+from dsh_subagent.adapters import catalog, telemetry
 from dsh_subagent.adapters.continuation import ContinuationManager
 from dsh_subagent.adapters.continuation_types import (
     AncestorAuthority,
@@ -229,6 +229,10 @@ class SubagentService:
         self._observation = oneshot_observer.Observation()
         self._observed_ids = EventIds("observed#")
         self._observed_runs: dict[RunId, SubagentRun] = {}
+        # DESIGN decision 9: spans and lifecycle logs, driven by the run events (OBS-1).
+        self.tracing = telemetry.attach(agents)
+        for event in _RUN_EVENTS:
+            self.on(event, self.tracing.observe)
         # PROJ-1: the subagent projection units exist while a projection registry does.
         self._unregister_projections = (
             register_subagent_projections(projections) if projections is not None else None
@@ -245,6 +249,7 @@ class SubagentService:
                 sandbox=lambda: sandbox,
                 approval=lambda: approval,
                 limits=limits,
+                tracing=self.tracing,
             )
             if agents is not None and sessions is not None
             else None

@@ -262,11 +262,19 @@ def _state(state: object) -> str:
     return "absent" if state is None else str(getattr(state, "value", state))
 
 
-def main(*, db: Path | None, as_json: bool, step_through: bool) -> None:
-    """Entry point for the CLI: run the demo on ``db`` (a temporary store by default)."""
+def main(*, db: Path | None, as_json: bool, step_through: bool, show_trace: bool = False) -> None:
+    """Entry point for the CLI: run the demo on ``db`` (a temporary store by default).
+
+    ``show_trace`` records the demo's spans with the OpenTelemetry SDK and prints their tree.
+    """
     from rich.console import Console
 
     console = Console(highlight=False, soft_wrap=True)
+    exporter = None
+    if show_trace:
+        from dsh_subagent.cli import trace_tree
+
+        exporter = trace_tree.recording()
 
     def say(line: str) -> None:
         if not as_json:
@@ -284,3 +292,7 @@ def main(*, db: Path | None, as_json: bool, step_through: bool) -> None:
         lines = asyncio.run(run_demo(say, db=path, step=step))
     if as_json:
         print(json.dumps(lines, indent=2))
+    if exporter is not None:
+        console.rule("the span tree (OpenTelemetry SDK, in-memory exporter)")
+        for tree in trace_tree.render(exporter.get_finished_spans()):
+            console.print(tree)

@@ -40,11 +40,14 @@ def cli() -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the lifecycle event log as JSON.")
 @click.option("--step", "step_through", is_flag=True, help="Pause between phases.")
-def demo(db: Path | None, as_json: bool, step_through: bool) -> None:
+@click.option(
+    "--trace", "show_trace", is_flag=True, help="Print the OpenTelemetry span tree at the end."
+)
+def demo(db: Path | None, as_json: bool, step_through: bool, show_trace: bool) -> None:
     """Delegate, continue, interrupt, restart and cold-resume on the reference harness."""
     from dsh_subagent.cli.demo import main as run_demo
 
-    run_demo(db=db, as_json=as_json, step_through=step_through)
+    run_demo(db=db, as_json=as_json, step_through=step_through, show_trace=show_trace)
 
 
 @cli.command()

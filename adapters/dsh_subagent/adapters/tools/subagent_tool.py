@@ -250,10 +250,11 @@ class SubagentTool:
         self, caller: Agent, arguments: JsonObject, signal: AbortSignal
     ) -> SubagentValue:
         """Run one call for ``caller``; failures raise with the model-facing message."""
-        try:
-            return await self._route(caller, arguments, signal)
-        except Exception as error:
-            raise self._depth_error(caller, error) from error
+        with self.service.tracing.tool_call(self.name, caller.id):  # OBS-2
+            try:
+                return await self._route(caller, arguments, signal)
+            except Exception as error:
+                raise self._depth_error(caller, error) from error
 
     async def _route(
         self, caller: Agent, arguments: JsonObject, signal: AbortSignal
@@ -318,7 +319,8 @@ class SubagentTool:
         def starter() -> JobHooks:
             controller = AbortController()
             request = self.request(caller, arguments, controller.signal)
-            startup = asyncio.ensure_future(self.service.start(self.config.provider, request))
+            with self.service.tracing.background():  # the run links to this call (OBS-2)
+                startup = asyncio.ensure_future(self.service.start(self.config.provider, request))
 
             async def done() -> JobOutcome:
                 try:
