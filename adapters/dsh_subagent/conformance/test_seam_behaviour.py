@@ -15,12 +15,12 @@ from dsh_subagent.adapters.providers.base import StartRequest
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, fail, reply
 from dsh_subagent.adapters.service import LifecyclePayload
 from dsh_subagent.adapters.signals import AbortController
+from dsh_subagent.conformance.probes import reasons
 from dsh_subagent.conformance.support import HarnessFactory, ModelBook, run
 from dsh_subagent.core import wire
 from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
 from dsh_subagent.core.residency import ActivationState
 from dsh_subagent.core.values import (
-    TURN_END,
     USER_MESSAGE,
     KnownStop,
     SessionId,
@@ -59,10 +59,6 @@ def notices(agent: Agent) -> list[UserMessage]:
             if isinstance(message.source, SubagentSettledSource):
                 found.append(message)
     return found
-
-
-def reasons(agent: Agent) -> list[TurnEndReason]:
-    return [wire.turn_end_reason(e.data) for e in agent.session.events if e.type == TURN_END]
 
 
 def test_one_4_one_shot_spawn_runs_a_child_and_settles_completed(
