@@ -70,7 +70,7 @@ def test_a_harness_that_never_reaches_a_gate_fails_within_the_bound_naming_it(
 
 
 def test_the_reference_harness_passes_the_selected_tests(tmp_path: Path) -> None:
-    status, output, _ = conformance(tmp_path, "-k", "harness_32 or harness_9")
+    status, output, _ = conformance(tmp_path, "-k", "harness_32_followup or harness_9_turn_end")
     assert status == 0, output
     assert "2 passed" in output
 
@@ -98,7 +98,7 @@ def test_without_hypothesis_the_stateful_test_fails_with_one_line_naming_the_ext
     tmp_path: Path,
 ) -> None:
     status, output, _ = conformance(
-        tmp_path, "-k", "harness_11_every or harness_32", hypothesis=False
+        tmp_path, "-k", "harness_11_every or harness_32_followup", hypothesis=False
     )
     assert status == 1, output
     assert "1 failed, 1 passed" in output

@@ -6,7 +6,8 @@ Theory of operation
    hook (``model_for(session, options) -> Model``) and an optional SQLite path, and returning
    an opened ``HarnessUnderTest`` whose agents answer from that hook. That protocol is all the
    suite touches: a ``SubagentService`` wired to the harness, its ``AgentRegistry`` and live
-   ``SessionStore`` (as the seam's protocols describe them, plus ``session/disposed``), and
+   ``SessionStore`` (as the seam's protocols describe them, plus ``session/disposed`` and flush
+   listeners), and
    ``create_agent`` / ``resume_agent`` / ``close``. ``ReferenceHarness`` satisfies it; a port
    that replaces the agent loop, the registry or the store satisfies it just as well.
 2. The suite scripts every agent through the hook with our ``ModelStep`` vocabulary; a
@@ -42,7 +43,7 @@ from dsh_subagent.adapters.protocols import (
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.adapters.reference.scripted_model import ScriptedModel, ScriptItem, reply
 from dsh_subagent.adapters.service import SubagentService
-from dsh_subagent.adapters.signals import Subscribable
+from dsh_subagent.adapters.signals import Subscribable, Unsubscribe
 from dsh_subagent.core.errors import invalid
 from dsh_subagent.core.values import AgentOptions, SessionId
 
@@ -51,10 +52,14 @@ ModelFor = Callable[[Session, AgentOptions], Model]
 
 
 class StoreUnderTest(SessionStore, Protocol):
-    """The live session store, with the ``session/disposed`` emitter (HARNESS-18, -19)."""
+    """The live session store, with ``session/disposed`` and flush listeners (HARNESS-18, -19)."""
 
     @property
     def disposed(self) -> Subscribable[Session]: ...
+
+    def on_flush(self, listener: Callable[[Session], Awaitable[None] | None]) -> Unsubscribe:
+        """Register a flush listener (sync or async) that ``flush`` awaits (HARNESS-19)."""
+        ...
 
 
 class HarnessUnderTest(Protocol):

@@ -6,59 +6,16 @@ Each test names the catalog rule it checks (section 17). The agents come from
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from dsh_subagent.adapters.protocols import (
-    Agent,
-    AgentStatus,
-    CancelCause,
-    CreateOptions,
-    InboxNotification,
-    create_user_message,
-)
+from dsh_subagent.adapters.protocols import AgentStatus, CreateOptions
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, fail, hit_max_tokens, reply
 from dsh_subagent.adapters.signals import AbortSignal, Scope
+from dsh_subagent.conformance.probes import USER, Trace, msg, reasons
 from dsh_subagent.conformance.support import HarnessFactory, HarnessUnderTest, ModelBook, run
-from dsh_subagent.core import wire
-from dsh_subagent.core.values import (
-    INBOX_SPLICED,
-    TURN_END,
-    CancelKind,
-    SessionId,
-    TextBlock,
-    TurnEndReason,
-    UserMessage,
-)
-
-USER = CancelCause(CancelKind.USER)
-
-
-def msg(text: str) -> UserMessage:
-    return create_user_message((TextBlock(text),))
-
-
-class Trace:
-    """Every notification of one agent, in order, as ``(kind, message id or status)``."""
-
-    def __init__(self, agent: Agent) -> None:
-        self.log: list[tuple[str, str]] = []
-        agent.inserted.subscribe(self._record("inserted"))
-        agent.claimed.subscribe(self._record("claimed"))
-        agent.discarded.subscribe(self._record("discarded"))
-        agent.status_changed.subscribe(lambda n: self.log.append(("status", n.status.value)))
-
-    def _record(self, kind: str) -> Callable[[InboxNotification], None]:
-        return lambda n: self.log.append((kind, n.message.id))
-
-    def of(self, kind: str) -> list[str]:
-        return [value for k, value in self.log if k == kind]
-
-
-def reasons(agent: Agent) -> list[TurnEndReason]:
-    return [wire.turn_end_reason(e.data) for e in agent.session.events if e.type == TURN_END]
+from dsh_subagent.core.values import INBOX_SPLICED, TURN_END, SessionId, TurnEndReason
 
 
 async def opened(factory: HarnessFactory, book: ModelBook) -> HarnessUnderTest:

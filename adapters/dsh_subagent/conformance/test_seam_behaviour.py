@@ -15,12 +15,12 @@ from dsh_subagent.adapters.providers.base import StartRequest
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, fail, reply
 from dsh_subagent.adapters.service import LifecyclePayload
 from dsh_subagent.adapters.signals import AbortController
+from dsh_subagent.conformance.probes import reasons
 from dsh_subagent.conformance.support import HarnessFactory, ModelBook, run
 from dsh_subagent.core import wire
 from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
 from dsh_subagent.core.residency import ActivationState
 from dsh_subagent.core.values import (
-    TURN_END,
     USER_MESSAGE,
     KnownStop,
     SessionId,
@@ -37,6 +37,7 @@ class Ends:
 
     def __init__(self) -> None:
         self.log: list[str] = []
+        self.ends: dict[str, RunEndInfo] = {}
         self.ended: dict[str, asyncio.Event] = {}
 
     def __call__(self, payload: LifecyclePayload) -> None:
@@ -45,6 +46,7 @@ class Ends:
         elif isinstance(payload, RunEndInfo):
             child = payload.start.child_id
             self.log.append(f"end {child}")
+            self.ends[child] = payload
             self.ended.setdefault(child, asyncio.Event()).set()
 
     async def of(self, child: str) -> None:
@@ -59,10 +61,6 @@ def notices(agent: Agent) -> list[UserMessage]:
             if isinstance(message.source, SubagentSettledSource):
                 found.append(message)
     return found
-
-
-def reasons(agent: Agent) -> list[TurnEndReason]:
-    return [wire.turn_end_reason(e.data) for e in agent.session.events if e.type == TURN_END]
 
 
 def test_one_4_one_shot_spawn_runs_a_child_and_settles_completed(
@@ -159,6 +157,63 @@ def test_cont_23_interrupt_aborts_the_running_turn_and_keeps_the_queue(
         await child.when_idle()
         assert reasons(child) == [TurnEndReason.ABORTED]
         assert len(child.pending()) == 1
+        await h.close()
+
+    run(main)
+
+
+def test_harness_19_the_seam_reports_a_raising_final_flush_on_subagent_end(
+    dsh_harness: HarnessFactory,
+) -> None:
+    async def main() -> None:
+        h = await dsh_harness(ModelBook(), None)
+        ends = Ends()
+        h.service.on("subagent/end", ends)
+        parent = await h.create_agent("parent")
+
+        async def settle(child: str) -> RunEndInfo:
+            spec = ContinuableStartSpec(
+                "spawn", child, parent, (TextBlock("go"),), child_id=SessionId(child)
+            )
+            await h.service.start_continuable(spec)
+            await ends.of(child)
+            return ends.ends[child]
+
+        async def broken(_session: object) -> None:
+            raise OSError("disk gone")
+
+        confirmed = await settle("c1")
+        stop = h.store.on_flush(broken)
+        raised = await settle("c2")
+        stop()
+        assert (confirmed.stop_reason, confirmed.durability_failed) == (KnownStop.COMPLETED, False)
+        assert (raised.stop_reason, raised.durability_failed) == (KnownStop.COMPLETED, True)
+        await h.close()
+
+    run(main)
+
+
+def test_harness_3_a_followup_right_after_an_interrupt_runs_once_the_abort_converges(
+    dsh_harness: HarnessFactory,
+) -> None:
+    async def main() -> None:
+        book = ModelBook()
+        gate = Gate()
+        book.script("c1", Gated(gate, reply("never")), reply("second"))
+        h = await dsh_harness(book, None)
+        parent = await h.create_agent("parent")
+        spec = ContinuableStartSpec(
+            "spawn", "c1", parent, (TextBlock("work"),), child_id=SessionId("c1")
+        )
+        await h.service.start_continuable(spec)
+        await gate.reached()
+        child = h.registry.get(SessionId("c1"))
+        assert child is not None
+        h.service.interrupt(SessionId("c1"), AncestorAuthority(parent))
+        await h.service.followup(SessionId("c1"), (TextBlock("again"),), ParentAgent(parent))
+        await child.when_idle()
+        assert reasons(child) == [TurnEndReason.ABORTED, TurnEndReason.COMPLETED]
+        assert child.pending() == ()
         await h.close()
 
     run(main)
