@@ -63,7 +63,8 @@ async def main():
             grant = h.manager.user_authority()
             source = CoordinatorSource(SessionId("root"))
             for index in (1, 2):  # one sender's order
-                await h.manager.followup(SessionId("c"), text(f"{{name}}-{{index}}"), grant, source=source)
+                message = text(f"{{name}}-{{index}}")
+                await h.manager.followup(SessionId("c"), message, grant, source=source)
             live = h.manager.activation_state(SessionId("c")) is not None
             outcome = "live" if live else "posted"
         elif mode == "start":
