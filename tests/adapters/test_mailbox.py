@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh_subagent.adapters.protocols import InboxNotification, SessionPersistence
+from dsh_subagent.adapters.protocols import InboxNotification
 from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
@@ -23,7 +23,10 @@ from tests.adapters.continuation_harness import Harness, run, text, user_message
 CHILD = SessionId("c")
 
 
-async def _stores(backend: str, path: Path) -> tuple[SessionPersistence, SessionPersistence]:
+Store = InMemoryPersistence | SqlitePersistence
+
+
+async def _stores(backend: str, path: Path) -> tuple[Store, Store]:
     if backend == "memory":
         first = InMemoryPersistence()
         return first, first.peer()
