@@ -101,6 +101,7 @@ class Harness:
         bind: bool = True,
         approval: object | None = None,
         sandbox: object | None = None,
+        ids: str = "id",
     ):
         self.store = SessionStore()
         self.persistence: SessionPersistence | None = persistence or InMemoryPersistence()
@@ -126,7 +127,7 @@ class Harness:
             setups=self.setups,
             approval=lambda: approval,  # type: ignore[arg-type,return-value]
             sandbox=lambda: sandbox,  # type: ignore[arg-type,return-value]
-            ids=lambda: f"id-{next(counter)}",
+            ids=lambda: f"{ids}-{next(counter)}",
         )
 
     def factory(self, session: LiveSession, options: AgentOptions) -> ReferenceAgent:

@@ -264,13 +264,15 @@ def test_lease_bad_input_is_refused_before_any_write(tmp_path: Path, backend: st
 
 
 def test_lease_2_lease_6_a_child_resident_elsewhere_is_held_until_released() -> None:
+    """A follow-up from a second harness goes to the holder's child through the durable
+    mailbox (DUR-20, DUR-22); the lease stays with the holder until it is released."""
     from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
     from dsh_subagent.core.values import CoordinatorSource
-    from tests.adapters.continuation_harness import Harness, text
+    from tests.adapters.continuation_harness import Harness, text, user_messages
 
     async def main() -> None:
         store = InMemoryPersistence()
-        one, two = Harness(store), Harness(store.peer())
+        one, two = Harness(store, ids="one"), Harness(store.peer(), ids="two")
         root = await one.root()
         gate = Gate()
         one.script("c", Gated(gate, reply("working")))
@@ -278,18 +280,21 @@ def test_lease_2_lease_6_a_child_resident_elsewhere_is_held_until_released() -> 
         await one.store.flush(child.session)  # stored while it runs (issue 19 item 2)
         grant = two.manager.user_authority()
         source = CoordinatorSource(root.id)
-        with pytest.raises(SubagentError) as held:
-            await two.manager.followup(SID, text("again"), grant, source=source)
-        assert code_of(held) is ErrorCode.ACTIVATION_HELD
+        message_id = await two.manager.followup(SID, text("again"), grant, source=source)
         assert two.manager.activation_state(SID) is None  # nothing of it runs here
+        await one.manager.settled()  # the holder's delivery pass
+        assert child.pending() == (message_id,)  # in the holder's inbox, its id kept
         with pytest.raises(SubagentError) as duplicate:
             await two.start(await two.root("root-2"), "c")
         assert code_of(duplicate) is ErrorCode.DUPLICATE_CHILD
         gate.open()
         await one.quiet()
         await one.quiet_child("c")  # released: its lease with it
-        await two.manager.followup(SID, text("again"), grant, source=source)
+        delivered = [m for m in user_messages(child) if m.id == message_id]
+        assert [(m.source, m.content) for m in delivered] == [(source, text("again"))]
+        await two.manager.followup(SID, text("later"), grant, source=source)  # free: resumes
         await two.quiet()
         assert (await store.inspect(SID)).events[-1].type == "turn/end"
+        assert two.manager.activation_state(SID) is None
 
     run(main())

@@ -29,6 +29,7 @@ from dsh_subagent.core.manager.effects import (
     EmitEnd,
     EmitStart,
     FlushSession,
+    PostToMailbox,
     Reject,
     ReleaseOwnership,
     ReportDurabilityFailed,
@@ -55,6 +56,7 @@ from dsh_subagent.core.manager.events import (
     InterruptRequested,
     LeaseAcquired,
     LeaseRefused,
+    MailboxArrived,
     MessageAccepted,
     MessageClaimed,
     MessageDiscarded,
@@ -415,6 +417,41 @@ def test_lease_2_a_cold_resume_held_elsewhere_is_refused_and_dropped() -> None:
     d(ColdResumeStarted(eid(), sid("c"), ROOT.session_id))
     refused = d(LeaseRefused(eid(), sid("c"), "host:1:x"))
     assert rejected(refused) is ErrorCode.ACTIVATION_HELD
+    assert sid("c") not in d.state.activations
+
+
+def test_dur_20_a_followup_whose_resume_is_refused_the_lease_goes_to_the_mailbox() -> None:
+    d = Driver()
+    d(ColdResumeStarted(eid(), sid("c"), ROOT.session_id))
+    message = MessageId("held")
+    effects = d(LeaseRefused(eid(), sid("c"), "host:1:x", message))
+    assert effects == (PostToMailbox(effects[0].cause, sid("c"), message),)
+    assert sid("c") not in d.state.activations
+
+
+def test_dur_22_a_mailbox_message_is_delivered_into_a_live_activation() -> None:
+    d = Driver()
+    d.start("c", ROOT)
+    message = MessageId("mail")
+    assert kinds(d(MailboxArrived(eid(), sid("c"), message))) == [SubmitFollowup]
+    assert message in d.state.activations[sid("c")].accepted
+    d(MessageAccepted(eid(), sid("c"), message))
+    assert phase(d, "c") is Phase.RESIDENT
+    d(DrainRequested(eid(), WholeManager()))  # closing: the message stays in the store
+    assert d(MailboxArrived(eid(), sid("c"), MessageId("late"))) == ()
+    assert phase(d, "c") is Phase.FLUSHING
+
+
+def test_dur_23_an_absent_child_with_pending_mail_is_resumed_unless_draining() -> None:
+    d = Driver()
+    message = MessageId("mail")
+    assert kinds(d(MailboxArrived(eid(), sid("c"), message))) == [ResumeAgent]
+    d(ColdResumeStarted(eid(), sid("c"), ROOT.session_id))
+    assert d(MailboxArrived(eid(), sid("c"), message)) == ()  # the resumer delivers it
+    assert phase(d, "c") is Phase.RESUMING
+    d(DrainRequested(eid(), WholeManager()))
+    d(StartRolledBack(eid(), sid("c"), False))
+    assert d(MailboxArrived(eid(), sid("c"), message)) == ()
     assert sid("c") not in d.state.activations
 
 
@@ -943,6 +980,8 @@ events = st.one_of(
     st.builds(lambda n, p: ColdResumeStarted(eid(), n, p.session_id), names, refs),
     st.builds(lambda n: LeaseAcquired(eid(), n, 1), names),
     st.builds(lambda n: LeaseRefused(eid(), n, "elsewhere"), names),
+    st.builds(lambda n, m: LeaseRefused(eid(), n, "elsewhere", m), names, messages),
+    st.builds(lambda n, m: MailboxArrived(eid(), n, m), names, messages),
     st.builds(_materialized, names, refs, refs),
     st.builds(lambda n, h: StartRolledBack(eid(), n, h), names, st.booleans()),
     st.builds(lambda n, m, p: FollowupRequested(eid(), n, m, as_parent(p)), names, messages, refs),

@@ -54,6 +54,7 @@ def test_small_scope_takes_every_chart_edge_but_the_cold_resume(small: Result) -
         (Phase.RESUMING, "ChildMaterialized"),
         (Phase.RESUMING, "LeaseAcquired"),
         (Phase.RESUMING, "LeaseRefused"),
+        (Phase.RESUMING, "MailboxArrived"),
         (Phase.RESUMING, "StartRolledBack"),
     }
 

@@ -21,6 +21,9 @@ Theory of operation
    delivery) the follow-ups queued behind are delivered too, in call order, so the child
    cannot settle between them: the ones that arrived while it was live, resuming or being
    torn down join that Activation's inbox, or the next single one.
+   A child held by another harness: the cold resume hands back the core's ``PostToMailbox``
+   and the follow-up is accepted into the child's durable mailbox (``continuation_mailbox``,
+   DUR-20); if the store finds the child free by then, the follow-up routes again.
 4. ``interrupt`` and ``report_from`` are synchronous single dispatches (CONT-23, CONT-30).
 5. Drains dispatch one drain event (the disposal cutoff, cancelling top-down in one step),
    which hands back the targets to await (the core's ``AwaitBranches``), wait for in-flight
@@ -45,6 +48,7 @@ import attrs
 from dsh_subagent.adapters.child_composition import apply_child_composition
 from dsh_subagent.adapters.continuation_create import Creator, Services
 from dsh_subagent.adapters.continuation_engine import Emit, Engine, Routed
+from dsh_subagent.adapters.continuation_mailbox import Mailbox
 from dsh_subagent.adapters.continuation_support import (
     Barrier,
     ChildLocks,
@@ -82,6 +86,7 @@ from dsh_subagent.core.errors import SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_str
 from dsh_subagent.core.limits import DEFAULT_LIMITS, Limits, check_child_id, check_content
 from dsh_subagent.core.manager import activation_state_of
+from dsh_subagent.core.manager.effects import PostToMailbox
 from dsh_subagent.core.manager.events import (
     AgentDisposed,
     DescendantsOf,
@@ -95,6 +100,7 @@ from dsh_subagent.core.manager.events import (
 )
 from dsh_subagent.core.residency import ActivationState
 from dsh_subagent.core.values import (
+    USER_SOURCE,
     BaseSource,
     Content,
     CoordinatorSource,
@@ -166,8 +172,15 @@ class ContinuationManager:
         self._locks = ChildLocks()
         self._barrier = Barrier()
         self._queued: dict[SessionId, collections.deque[_Queued]] = {}
+        self._mailbox = Mailbox(self._engine, self._locks, persistence)
+        self._mailbox.resume = self._resume_for_mail
         self._creator = Creator(
-            services, self._engine, self._identities, self._locks, self._barrier
+            services,
+            self._engine,
+            self._identities,
+            self._locks,
+            self._barrier,
+            mailbox=self._mailbox,
         )
         agents.disposed.subscribe(self._on_agent_disposed)
 
@@ -226,9 +239,16 @@ class ContinuationManager:
                 queued.signal.throw_if_aborted()
             routed = self._submit(child_id, queued)
             if routed is Routed.RESUME:
-                queued.outcome = await self._creator.cold_resume(
+                resumed = await self._creator.cold_resume(
                     child_id, queued.content, queued.source, queued.authority, queued.signal
                 )
+                if isinstance(resumed, PostToMailbox):  # held elsewhere (DUR-20)
+                    if queued.signal is not None:
+                        queued.signal.throw_if_aborted()
+                    resumed = await self._mailbox.post(
+                        child_id, resumed.message_id, queued.content, queued.source
+                    )
+                queued.outcome = resumed  # None: the child is free now; route again
             elif isinstance(routed, Routed):
                 live = self._engine.children.get(child_id)
                 if live is not None:
@@ -322,6 +342,12 @@ class ContinuationManager:
             self._engine.outbox.pop(message.id, None)
         return message.id
 
+    async def _resume_for_mail(self, child_id: SessionId) -> None:
+        """Resume an absent child for its pending mail alone (DUR-23); the caller holds
+        the child's lock."""
+        grant = self._identities.mint_grant()
+        await self._creator.cold_resume(child_id, None, USER_SOURCE, grant, None)
+
     # ------------------------------------------------------------------ drains
 
     async def drain(self) -> None:
@@ -364,8 +390,9 @@ class ContinuationManager:
             self._engine.dispatch(AgentDisposed(self._engine.event_id(), ref))
 
     async def settled(self) -> None:
-        """Wait until no teardown work is pending (for tests and benchmarks)."""
+        """Wait until no teardown or mailbox work is pending (for tests and benchmarks)."""
         await self._engine.settle_tasks()
+        await self._mailbox.settled()
 
 
 __all__ = [

@@ -15,11 +15,14 @@ Theory of operation
    ``DUPLICATE_CHILD`` (LEASE-4).
 2. Cold resume (CONT-17, CONT-18): inspect without mutating, authorize against the
    inspected header before any reconstruction, take the child's store lease (the core's
-   ``LeaseAcquired``; held by another live harness: ``LeaseRefused``, the caller gets
-   ``ACTIVATION_HELD``, LEASE-1, LEASE-2), fold the descriptor over the own suffix
+   ``LeaseAcquired``; held by another live harness: ``LeaseRefused``, and the core's
+   ``PostToMailbox`` goes back to the caller, LEASE-1, LEASE-2, DUR-20), read the child's
+   durable mailbox (``continuation_mailbox``), fold the descriptor over the own suffix
    (DESC-9, DESC-10), then resume through the registry with only the recorded route
    (CONT-13) and the descriptor's persona and tool filter composed again (CONT-19); the
-   provider is never consulted. The final submission re-authorizes against the live child.
+   provider is never consulted. The pending mailbox messages are delivered first, then the
+   caller's (DUR-23); the final submission re-authorizes against the live child. A resume
+   for mail alone (no content) with nothing left pending rolls back.
 3. Materialization (CONT-10) publishes through the core's ``ChildMaterialized``; the core
    refuses a closing lineage or a releasing parent and disposes the handle. Every failure
    before acceptance is rolled back with ``StartRolledBack`` (CONT-9, TEAR-7), silently,
@@ -43,6 +46,7 @@ from dsh_subagent.adapters.continuation_engine import (
     new_release,
     release_lease,
 )
+from dsh_subagent.adapters.continuation_mailbox import Mailbox
 from dsh_subagent.adapters.continuation_support import Barrier, ChildLocks, quietly
 from dsh_subagent.adapters.continuation_types import (
     ContinuableStart,
@@ -84,6 +88,7 @@ from dsh_subagent.core.descriptor import (
     snapshot_descriptor,
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.manager.effects import PostToMailbox
 from dsh_subagent.core.manager.events import (
     ChildIdReserved,
     ChildMaterialized,
@@ -152,8 +157,11 @@ class Creator:
         identities: Identities,
         locks: ChildLocks,
         barrier: Barrier,
+        *,
+        mailbox: Mailbox,
     ) -> None:
         self._services = services
+        self._mailbox = mailbox
         self._agents = services.agents
         self._engine = engine
         self._identities = identities
@@ -267,12 +275,15 @@ class Creator:
     async def cold_resume(
         self,
         child_id: SessionId,
-        content: Content,
+        content: Content | None,
         source: MessageSource,
         authority: ParentAgent | UserGrant,
         signal: AbortSignal | None,
-    ) -> MessageId:
-        """Reconstruct an absent child from its log, never through the provider (rule 2)."""
+    ) -> MessageId | PostToMailbox | None:
+        """Reconstruct an absent child from its log, never through the provider (rule 2).
+
+        Returns the accepted id, the core's ``PostToMailbox`` when another harness holds the
+        child, or None for a resume for mail alone (``content`` None)."""
         persistence = self._services.require_persistence()
         signal = signal or AbortController().signal
         try:
@@ -295,9 +306,23 @@ class Creator:
         self._engine.dispatch(ColdResumeStarted(self._engine.event_id(), child_id, parent_id))
         async with self._barrier.in_flight(lineage):
             try:
-                await self._acquire(persistence, child_id)
+                message_id = None if content is None else self._engine.message_id()
+                held = await self._acquire(persistence, child_id, message_id)
+                if held is not None:
+                    return held
+                mail = await self._mailbox.take_over(child_id, record.events)
+                if content is None and not mail:
+                    await self._roll_back(child_id)
+                    return None
                 await self._resume(child_id, parent, signal, descriptor, record)
-                return self._submit(child_id, content, source, authority, signal)
+                self._mailbox.deliver(child_id, mail)  # first, in acceptance order (DUR-23)
+                accepted = (
+                    None
+                    if content is None
+                    else self._submit(child_id, content, source, authority, signal)
+                )
+                self._mailbox.notice(child_id)  # mail posted since it was read
+                return accepted
             except BaseException:
                 await self._roll_back(child_id)
                 raise
@@ -346,18 +371,24 @@ class Creator:
         finally:
             stop()
 
-    async def _acquire(self, persistence: SessionPersistence, child_id: SessionId) -> None:
-        """Take the child's lease; the core decides whether the resume may run (rule 2)."""
+    async def _acquire(
+        self, persistence: SessionPersistence, child_id: SessionId, message_id: MessageId | None
+    ) -> PostToMailbox | None:
+        """Take the child's lease; the core decides whether the resume may run, or where
+        the follow-up goes instead (rule 2)."""
         try:
             lease = await persistence.acquire(child_id)
         except SubagentError as error:
-            if error.code is ErrorCode.ACTIVATION_HELD:
-                self._engine.dispatch(
-                    LeaseRefused(self._engine.event_id(), child_id, error.message)
-                )
-            raise
+            if error.code is not ErrorCode.ACTIVATION_HELD:
+                raise
+            post = message_id if self._mailbox.available() else None
+            event = LeaseRefused(self._engine.event_id(), child_id, error.message, post)
+            held = self._engine.dispatch(event)
+            assert isinstance(held, PostToMailbox)
+            return held
         await self._grant(persistence, lease)
         self._engine.dispatch(LeaseAcquired(self._engine.event_id(), child_id, lease.epoch))
+        return None
 
     # ------------------------------------------------------------------ shared
 
@@ -368,6 +399,7 @@ class Creator:
             await persistence.release(lease)
 
         self._leases[lease.session_id] = release
+        self._mailbox.watch(persistence)
 
     async def _materialize(
         self,
@@ -402,6 +434,8 @@ class Creator:
                 await quietly(live.rollback)
                 await release_lease(live)
             raise
+        if self._mailbox.available():
+            self._mailbox.after_release(live)
 
     def _submit(
         self,

@@ -10,7 +10,8 @@ Theory of operation
    ``dispatch``; they build on the stored state.
 2. The effects that need the requester's awaiting are handed back as ``dispatch``'s result:
    a routing pass answers ``Routed`` (delivered, resume, await the release; CONT-14), a
-   drain answers its ``AwaitBranches`` (TEAR-12).
+   drain answers its ``AwaitBranches`` (TEAR-12), a refused lease its ``PostToMailbox``
+   (DUR-20).
 3. The engine decides nothing: residency, routing, ownership, notice routes and texts,
    durability reports and teardown order are the core's. The engine holds only what the core
    cannot: agent handles, epoch boundaries, pending messages, release futures, failures.
@@ -70,6 +71,7 @@ from dsh_subagent.core.manager.effects import (
     EmitEnd,
     EmitStart,
     FlushSession,
+    PostToMailbox,
     Reject,
     ReleaseOwnership,
     ReportDurabilityFailed,
@@ -119,8 +121,9 @@ class Routed(enum.Enum):
     AWAIT_RELEASE = "await-release"
 
 
-Handback: TypeAlias = Routed | AwaitBranches | None
-"""What ``dispatch`` hands back to the requester: a routing outcome, a drain's targets."""
+Handback: TypeAlias = Routed | AwaitBranches | PostToMailbox | None
+"""What ``dispatch`` hands back to the requester: a routing outcome, a drain's targets, a
+post to the durable mailbox."""
 
 
 @attrs.define(eq=False)
@@ -200,7 +203,7 @@ class Engine:
                     handback = Routed.RESUME
                 case AwaitRelease():
                     handback = Routed.AWAIT_RELEASE
-                case AwaitBranches():
+                case AwaitBranches() | PostToMailbox():
                     handback = effect
                 case EmitStart(child_id=child_id, epoch=epoch):
                     self.tracing.epoch(child_id, epoch)

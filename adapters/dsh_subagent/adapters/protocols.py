@@ -22,7 +22,7 @@ import builtins
 import enum
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final, Protocol, TypeVar
+from typing import Final, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
@@ -489,6 +489,31 @@ class SessionPersistence(Protocol):
     async def close(self) -> None:
         """Release every held lease and the backend; later calls raise
         ``PERSISTENCE_UNAVAILABLE``."""
+        ...
+
+
+@runtime_checkable
+class SessionMailbox(Protocol):
+    """A persistence's durable mailbox (DUR-20..29, ``docs/durability.md``): follow-ups for
+    a child whose lease another live harness holds. A persistence without it refuses such a
+    follow-up with ``ACTIVATION_HELD``."""
+
+    async def post(self, session_id: SessionId, message: UserMessage) -> bool:
+        """Write ``message`` to the child's mailbox, committed before returning True, iff
+        another live holder has its lease (one atomic step); False writes nothing (DUR-21)."""
+        ...
+
+    async def mailbox(self, session_id: SessionId) -> builtins.list[UserMessage]:
+        """The child's mailbox messages with their ids and sources, in acceptance order."""
+        ...
+
+    async def prune(self, session_id: SessionId, message_ids: Sequence[MessageId]) -> None:
+        """Remove delivered rows (their ids are in the child's stored log); a fenced write."""
+        ...
+
+    def watch_mailbox(self, listener: Callable[[SessionId], object]) -> Unsubscribe:
+        """Call ``listener(child_id)`` on the loop when rows may be pending for a child this
+        backend holds (DUR-22)."""
         ...
 
 

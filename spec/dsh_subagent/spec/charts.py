@@ -183,6 +183,20 @@ class ActivationChart(StateChart[object]):
     # it (ACTIVATION_HELD), and so does a materialization without one (LEASE-1, LEASE-2).
     LeaseAcquired = _.RESUMING.to.itself()
     LeaseRefused = _.RESUMING.to(_.ABSENT)
+    # A durable-mailbox message never changes the phase: delivered when live, a resume when
+    # absent, else left pending in the store (DUR-22, DUR-23).
+    MailboxArrived = _self_loops(
+        _.ABSENT,
+        _.RESERVED,
+        _.SNAPSHOTTED,
+        _.PREPARED,
+        _.RESUMING,
+        _.MATERIALIZED,
+        _.RESIDENT,
+        _.DISPOSING,
+        _.FLUSHING,
+        _.RELEASING,
+    )
     ChildMaterialized = (
         _.PREPARED.to(_.MATERIALIZED, unless="admission_lost")
         | _.PREPARED.to(_.ABSENT, cond="admission_lost")

@@ -89,6 +89,7 @@ from dsh_subagent.core.manager.events import (
     InterruptRequested,
     LeaseAcquired,
     LeaseRefused,
+    MailboxArrived,
     MessageAccepted,
     MessageClaimed,
     MessageDiscarded,
@@ -276,6 +277,9 @@ def _child_events(
         if not env.of(child):
             yield from _finished(state, record)
     held = env.of(child)
+    mail = MessageId(f"{child}.mail")  # a message another harness posted (DUR-22, DUR-23)
+    if mail not in held:
+        yield MailboxArrived(_EID, child, mail)
     for message in (MessageId(f"{child}.f{i}") for i in range(1, scope.followups + 1)):
         if message in held:
             continue

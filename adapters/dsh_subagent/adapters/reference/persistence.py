@@ -37,6 +37,15 @@ Theory of operation
    epoch must still be the stored one (else ``LEASE_LOST``), and a writer without a lease may
    not write a child another live holder has (``ACTIVATION_HELD``). A holder's write renews
    its expiry; a backend's ``heartbeat`` renews all it holds; ``close`` releases them.
+9. The durable mailbox (DUR-20..29, ``docs/durability.md``): ``post`` writes a message for a
+   child whose lease another live holder has (``held_elsewhere``, decided inside the same
+   atomic step as the insert) and returns once it is committed; when no other live holder
+   has it, nothing is written and the caller takes the lease itself. Rows keep the
+   message's id, sender and content and an acceptance order; ``mailbox`` reads a child's
+   rows in that order, ``prune`` (a fenced write) removes rows whose ids its log holds.
+   ``watch_mailbox`` tells the holder that rows may be pending (in memory: at once, from
+   ``post``; SQLite: a ``PRAGMA data_version`` poll). Exactly once is the reader's: an id
+   already spliced into the child's log is skipped (``continuation_mailbox``).
 """
 
 from __future__ import annotations
@@ -61,17 +70,21 @@ from dsh_subagent.adapters.protocols import (
     SessionRecord,
     SessionSnapshot,
 )
+from dsh_subagent.adapters.signals import Unsubscribe
+from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import check_json, require_int, require_str
 from dsh_subagent.core.values import (
     TURN_END,
     TURN_START,
     JsonValue,
+    MessageId,
     Origin,
     SessionEvent,
     SessionHeader,
     SessionId,
     TurnEndReason,
+    UserMessage,
 )
 from dsh_subagent.core.wire import turn_end_data
 
@@ -420,11 +433,11 @@ class LeaseRow:
     expires_at: float
 
 
-def require_ttl(lease_ttl: object) -> float:
-    """A positive, finite lease lifetime in seconds, or ``INVALID_ARGUMENT``."""
-    ttl = require_finite(lease_ttl, "lease_ttl")
+def require_ttl(lease_ttl: object, field: str = "lease_ttl") -> float:
+    """A positive, finite number of seconds (a lease lifetime), or ``INVALID_ARGUMENT``."""
+    ttl = require_finite(lease_ttl, field)
     if ttl <= 0:
-        raise invalid("lease_ttl", f"must be > 0, got {ttl}")
+        raise invalid(field, f"must be > 0, got {ttl}")
     return ttl
 
 
@@ -486,6 +499,12 @@ def fence(
         raise SubagentError(ErrorCode.ACTIVATION_HELD, f"{session_id} is held by {holder}")
 
 
+def held_elsewhere(row: LeaseRow | None, me: LeaseOwner, now: float) -> bool:
+    """Whether another live holder has the lease, so a follow-up goes to the mailbox (rule 9)."""
+    holder = _live_holder(row, now, me.host)
+    return holder is not None and holder != me.token
+
+
 def lease_of(session_id: SessionId, row: LeaseRow) -> Lease:
     assert row.owner is not None
     return Lease(session_id, row.owner, row.epoch)
@@ -495,6 +514,46 @@ def require_lease(lease: object) -> Lease:
     if not isinstance(lease, Lease):
         raise invalid("lease", f"expected a Lease, got {type(lease).__name__}")
     return lease
+
+
+# --------------------------------------------------------------------------- mailbox rows
+
+MailRow: TypeAlias = tuple[int, str, str, str]
+"""One stored mailbox message: ``(acceptance order, message id, sender, content)``, the
+sender and the content as JSON text."""
+MailboxListener: TypeAlias = Callable[[SessionId], object]
+
+
+def encode_mail(message: object) -> tuple[str, str, str]:
+    """Validate a message for the mailbox: ``(id, sender JSON, content JSON)``."""
+    if not isinstance(message, UserMessage):
+        raise invalid("message", f"expected a UserMessage, got {type(message).__name__}")
+    message_id = require_str(message.id, "message.id", non_empty=True)
+    sender = to_json_text(wire.encode_source(message.source), "message.source")
+    return message_id, sender, to_json_text(wire.encode_content(message.content), "message")
+
+
+def decode_mail(session_id: str, rows: Sequence[MailRow]) -> builtins.list[UserMessage]:
+    """Decode stored mailbox rows (in acceptance order), or ``CORRUPT_SESSION``."""
+    messages = []
+    for order, message_id, sender, content in rows:
+        field = f"mailbox[{order}]"
+        try:
+            source = wire.decode_source(from_json_text(sender, session_id, field), field)
+            blocks = wire.decode_content(from_json_text(content, session_id, field), field)
+        except SubagentError as error:
+            raise corrupt(session_id, error.field or field, error.message) from error
+        messages.append(UserMessage(MessageId(message_id), blocks, source))
+    return messages
+
+
+def require_ids(message_ids: object) -> builtins.list[str]:
+    if not isinstance(message_ids, Sequence) or isinstance(message_ids, str | bytes):
+        raise invalid("message_ids", "expected a sequence of message ids")
+    return [
+        require_str(each, f"message_ids[{index}]", non_empty=True)
+        for index, each in enumerate(message_ids)
+    ]
 
 
 # --------------------------------------------------------------------------- in-memory backend
@@ -522,12 +581,64 @@ class InMemoryPersistence:
         self._me = LeaseOwner.here()
         self._held: dict[SessionId, Lease] = {}
         self._closed = False
+        self._mail: dict[SessionId, builtins.list[MailRow]] = {}
+        self._order = [0]  # the acceptance counter, shared with peers
+        #: Mailbox listeners by lease owner, shared with peers: ``post`` tells the holder.
+        self._watchers: dict[str, builtins.list[MailboxListener]] = {}
 
     def peer(self) -> InMemoryPersistence:
         """Another backend, with its own lease owner, over this one's storage."""
         other = InMemoryPersistence(clock=self._clock, lease_ttl=self._ttl)
         other._sessions, other._leases = self._sessions, self._leases
+        other._mail, other._order, other._watchers = self._mail, self._order, self._watchers
         return other
+
+    async def post(self, session_id: SessionId, message: UserMessage) -> bool:
+        """Accept ``message`` into the mailbox iff another live holder has the lease (rule 9)."""
+        self._open()
+        sid = require_session_id(session_id)
+        message_id, sender, content = encode_mail(message)
+        row = self._leases.get(sid)
+        if not held_elsewhere(row, self._me, self._clock()):
+            return False
+        assert row is not None
+        assert row.owner is not None
+        self._order[0] += 1
+        self._mail.setdefault(sid, []).append((self._order[0], message_id, sender, content))
+        for listener in tuple(self._watchers.get(row.owner, ())):
+            listener(sid)
+        return True
+
+    async def mailbox(self, session_id: SessionId) -> builtins.list[UserMessage]:
+        """The child's mailbox messages, in acceptance order (rule 9)."""
+        self._open()
+        sid = require_session_id(session_id)
+        return decode_mail(sid, self._mail.get(sid, ()))
+
+    async def prune(self, session_id: SessionId, message_ids: Sequence[MessageId]) -> None:
+        """Remove these mailbox rows (their messages are in the log); a fenced write."""
+        self._open()
+        sid = require_session_id(session_id)
+        gone = set(require_ids(message_ids))
+        if not gone or sid not in self._mail:
+            return
+        self._fence(sid)
+        kept = [row for row in self._mail[sid] if row[1] not in gone]
+        if kept:
+            self._mail[sid] = kept
+        else:
+            del self._mail[sid]
+
+    def watch_mailbox(self, listener: MailboxListener) -> Unsubscribe:
+        """Call ``listener(child_id)`` when a message is posted for a child held here."""
+        listeners = self._watchers.setdefault(self._me.token, [])
+        listeners.append(listener)
+
+        def stop() -> None:
+            if listener in listeners:
+                listeners.remove(listener)
+
+        return stop
 
     def _fence(self, session_id: SessionId) -> None:
         now = self._clock()

@@ -42,6 +42,13 @@ Theory of operation
    processes), read the row, decide (``grant``), then an update conditional on the epoch
    read. Every write's transaction runs ``fence`` before its first insert. A heartbeat task
    renews the held leases every ``lease_ttl / 3`` seconds while any is held.
+10. The durable mailbox (``persistence`` rule 9): ``mailbox(seq integer primary key,
+   session_id, message_id, sender, content, created_at)``, created if absent on open like
+   ``leases``; ``seq`` is the acceptance order. ``post`` decides and inserts inside one
+   ``BEGIN IMMEDIATE``. Once anything watches (``watch_mailbox``), a poll task runs
+   ``PRAGMA data_version`` on the connection's thread every ``mailbox_poll`` seconds while a
+   lease is held: the number changes only when another connection committed, and only then
+   is the mailbox asked which held children have rows.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import functools
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -69,28 +77,42 @@ from dsh_subagent.adapters.reference.persistence import (
     EventRow,
     LeaseOwner,
     LeaseRow,
+    MailboxListener,
+    MailRow,
     check_header,
     closed_error,
     corrupt,
     decode_events,
     decode_header,
+    decode_mail,
     decode_projection,
     encode_events,
     encode_header,
+    encode_mail,
     encode_projection,
     fence,
     grant,
+    held_elsewhere,
     lease_of,
     repair_event,
     require_continues,
+    require_ids,
     require_lease,
     require_session_id,
     require_ttl,
     unknown_session,
 )
+from dsh_subagent.adapters.signals import Unsubscribe
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_str
-from dsh_subagent.core.values import JsonValue, SessionEvent, SessionHeader, SessionId
+from dsh_subagent.core.values import (
+    JsonValue,
+    MessageId,
+    SessionEvent,
+    SessionHeader,
+    SessionId,
+    UserMessage,
+)
 
 SCHEMA_VERSION: Final = 1
 SYNCHRONOUS_LEVELS: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -123,6 +145,21 @@ _LEASES: Final = """CREATE TABLE IF NOT EXISTS leases (
     epoch INTEGER NOT NULL,
     expires_at REAL NOT NULL
 ) STRICT"""
+
+_MAILBOX: Final = (
+    """CREATE TABLE IF NOT EXISTS mailbox (
+        seq INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        sender TEXT NOT NULL,
+        content TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        UNIQUE (session_id, message_id)
+    ) STRICT""",
+    "CREATE INDEX IF NOT EXISTS mailbox_by_session ON mailbox (session_id, seq)",
+)
+DEFAULT_MAILBOX_POLL: Final = 0.05
+"""Seconds between two ``PRAGMA data_version`` probes of a holder watching its mailbox."""
 
 _T = TypeVar("_T")
 _Text = tuple[str, str, bytes]
@@ -194,6 +231,8 @@ def _connect(path: str, synchronous: str, readonly: bool) -> sqlite3.Connection:
             if version != 0:
                 _prove_writable(conn)
             conn.execute(_LEASES)  # additive: a store of the first schema gains it here
+            for statement in _MAILBOX:
+                conn.execute(statement)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={synchronous}")
     except BaseException:
@@ -300,6 +339,7 @@ class SqlitePersistence:
         conn: sqlite3.Connection,
         clock: Clock,
         lease_ttl: float = DEFAULT_LEASE_TTL,
+        mailbox_poll: float = DEFAULT_MAILBOX_POLL,
     ) -> None:
         """Internal: use ``SqlitePersistence.open``."""
         self._executor = executor
@@ -310,6 +350,9 @@ class SqlitePersistence:
         self._held: dict[SessionId, Lease] = {}
         self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
+        self._poll_every = mailbox_poll
+        self._watchers: list[MailboxListener] = []
+        self._poll: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -320,6 +363,7 @@ class SqlitePersistence:
         clock: Clock = epoch_ms,
         readonly: bool = False,
         lease_ttl: float = DEFAULT_LEASE_TTL,
+        mailbox_poll: float = DEFAULT_MAILBOX_POLL,
     ) -> SqlitePersistence:
         """Open the store at ``path``: a writer (default) creates it if missing or empty.
 
@@ -327,9 +371,11 @@ class SqlitePersistence:
         ``NORMAL`` (survives a process crash), ``OFF`` or ``EXTRA``. ``clock`` stamps repairs
         and lease expiries. ``readonly`` opens an existing store for reading only (rule 8);
         ``lease_ttl`` (seconds) is how long a held lease outlives its holder's last heartbeat
-        (rule 9).
+        (rule 9); ``mailbox_poll`` (seconds) is how often a holder probes for new mailbox
+        rows (rule 10).
         """
         ttl = require_ttl(lease_ttl)
+        poll = require_ttl(mailbox_poll, "mailbox_poll")
         level = require_str(synchronous, "synchronous").upper()
         if level not in SYNCHRONOUS_LEVELS:
             raise invalid("synchronous", f"expected one of {sorted(SYNCHRONOUS_LEVELS)}")
@@ -353,7 +399,7 @@ class SqlitePersistence:
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        return cls(executor, conn, clock, ttl)
+        return cls(executor, conn, clock, ttl, poll)
 
     async def _run(
         self, job: Callable[[sqlite3.Connection], _T], session_id: SessionId | None = None
@@ -606,15 +652,107 @@ class SqlitePersistence:
             with contextlib.suppress(SubagentError):
                 await self.heartbeat()
 
+    # ------------------------------------------------------------------ mailbox (rule 10)
+
+    async def post(self, session_id: SessionId, message: UserMessage) -> bool:
+        """Accept ``message`` into the mailbox iff another live holder has the lease; the
+        insert is committed when this returns True (rule 10)."""
+        if self._closed:
+            raise closed_error()
+        sid = require_session_id(session_id)
+        message_id, sender, content = encode_mail(message)
+
+        def job(conn: sqlite3.Connection) -> bool:
+            with _transaction(conn, "BEGIN IMMEDIATE"):
+                if not held_elsewhere(_lease_row(conn, sid), self._me, self._clock()):
+                    return False
+                conn.execute(
+                    """INSERT INTO mailbox (session_id, message_id, sender, content, created_at)
+                    VALUES (?, ?, ?, ?, ?)""",
+                    (sid, message_id, sender, content, self._clock()),
+                )
+            return True
+
+        return await self._run(job, sid)
+
+    async def mailbox(self, session_id: SessionId) -> builtins.list[UserMessage]:
+        """The child's mailbox messages, in acceptance order (rule 10)."""
+        sid = require_session_id(session_id)
+
+        def job(conn: sqlite3.Connection) -> builtins.list[MailRow]:
+            query = """SELECT seq, message_id, sender, content FROM mailbox
+                WHERE session_id = ? ORDER BY seq"""
+            with _transaction(conn, "BEGIN"):
+                rows: builtins.list[MailRow] = conn.execute(query, (sid,)).fetchall()
+            return rows
+
+        return decode_mail(sid, await self._run(job, sid))
+
+    async def prune(self, session_id: SessionId, message_ids: Sequence[MessageId]) -> None:
+        """Remove these mailbox rows (their messages are in the log); a fenced write."""
+        if self._closed:
+            raise closed_error()
+        sid = require_session_id(session_id)
+        ids = require_ids(message_ids)
+        if not ids:
+            return
+
+        def job(conn: sqlite3.Connection) -> None:
+            with _transaction(conn, "BEGIN IMMEDIATE"):
+                self._fence(conn, sid)
+                conn.executemany(
+                    "DELETE FROM mailbox WHERE session_id = ? AND message_id = ?",
+                    [(sid, each) for each in ids],
+                )
+
+        await self._run(job, sid)
+
+    def watch_mailbox(self, listener: MailboxListener) -> Unsubscribe:
+        """Call ``listener(child_id)`` when another connection may have posted for a child
+        held here; polls ``PRAGMA data_version`` every ``mailbox_poll`` seconds (rule 10)."""
+        self._watchers.append(listener)
+        if self._poll is None and not self._closed:
+            self._poll = asyncio.get_running_loop().create_task(self._probe())
+
+        def stop() -> None:
+            if listener in self._watchers:
+                self._watchers.remove(listener)
+
+        return stop
+
+    async def _probe(self) -> None:
+        """Until closed: when another connection committed, name the held children with mail."""
+        seen: builtins.list[int | None] = [None]
+
+        def job(conn: sqlite3.Connection, held: builtins.list[SessionId]) -> set[SessionId]:
+            (version,) = conn.execute("PRAGMA data_version").fetchone()
+            if version == seen[0]:
+                return set()
+            seen[0] = version
+            marks = ", ".join("?" * len(held))
+            query = f"SELECT DISTINCT session_id FROM mailbox WHERE session_id IN ({marks})"
+            return {SessionId(row[0]) for row in conn.execute(query, held)}
+
+        while not self._closed:
+            await asyncio.sleep(self._poll_every)
+            held = list(self._held)
+            if not held or not self._watchers:
+                continue
+            with contextlib.suppress(SubagentError):
+                for sid in sorted(await self._run(functools.partial(job, held=held))):
+                    for listener in tuple(self._watchers):
+                        listener(sid)
+
     async def close(self) -> None:
         """Release every held lease, then close the connection and its thread; later calls
         raise ``PERSISTENCE_UNAVAILABLE``."""
         if self._closed:
             return
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
+        for task in (self._heartbeat, self._poll):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for lease in list(self._held.values()):
             with contextlib.suppress(SubagentError):
                 await self.release(lease)

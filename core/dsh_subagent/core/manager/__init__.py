@@ -20,6 +20,11 @@ Theory of operation
 4. Routing (CONT-14, CONT-15): running or waiting -> ``SubmitFollowup`` with the id accounted
    first (RES-2); absent -> ``ResumeAgent``; disposal open -> ``AwaitRelease``. Ownership is
    acquired at publication and on each parent submission, before the child can run (CONT-26).
+   A cold resume refused the lease posts its follow-up to the child's durable mailbox
+   (``PostToMailbox``, DUR-20). A mailbox message accepted elsewhere (``MailboxArrived``) is
+   delivered into a live Activation, accounted like a follow-up; an absent child is resumed
+   for it; in any other phase it stays pending in the store, for whoever activates the child
+   next (DUR-22, DUR-23).
 5. Disposal (TEAR-1, TEAR-2) is memoized by phase: opening cancels the whole live subtree
    top-down in one step; each node flushes once every owned child is released; its
    ``DisposalFinished`` then emits, in order, the notice (if announced), the ownership
@@ -50,6 +55,7 @@ from dsh_subagent.core.manager.effects import (
     Effect,
     EmitEnd,
     EmitStart,
+    PostToMailbox,
     ReleaseOwnership,
     ReportDurabilityFailed,
     ResumeAgent,
@@ -75,6 +81,7 @@ from dsh_subagent.core.manager.events import (
     InterruptRequested,
     LeaseAcquired,
     LeaseRefused,
+    MailboxArrived,
     MessageAccepted,
     MessageClaimed,
     MessageDiscarded,
@@ -191,8 +198,12 @@ def _lease_acquired(step: Step, record: Activation, event: LeaseAcquired) -> Out
 
 
 def _lease_refused(step: Step, record: Activation, event: LeaseRefused) -> Outcome:
-    """Another live harness holds the child: this cold resume never runs (LEASE-2)."""
-    step.reject(ErrorCode.ACTIVATION_HELD, event.reason)
+    """Another live harness holds the child: this cold resume never runs (LEASE-2). The
+    follow-up that asked for it goes to the child's durable mailbox instead (DUR-20)."""
+    if event.message_id is None:
+        step.reject(ErrorCode.ACTIVATION_HELD, event.reason)
+    else:
+        step.effects.append(PostToMailbox(step.cause, event.child_id, event.message_id))
     return Outcome.REFUSED
 
 
@@ -280,6 +291,25 @@ def _route_disposing(step: Step, record: Activation, event: FollowupRequested) -
     if not _admits_delivery(step, event, record.lineage):
         return Outcome.REFUSED
     step.effects.append(AwaitRelease(step.cause, record.child_id, event.message_id))
+    return Outcome.DONE
+
+
+def _mailbox_live(step: Step, record: Activation, event: MailboxArrived) -> Outcome:
+    """Deliver a mailbox message like a follow-up, unless admission closed (DUR-22).
+
+    Its sender was admitted and authorized where it was accepted; a closing lineage leaves
+    it pending in the store for the next Activation (DUR-23).
+    """
+    if not step.lineage_closing(record.lineage):
+        step.put(attrs.evolve(record, accepted=admit(record.accepted, event.message_id)))
+        step.effects.append(SubmitFollowup(step.cause, record.child_id, event.message_id))
+    return Outcome.DONE
+
+
+def _mailbox_absent(step: Step, record: Activation, event: MailboxArrived) -> Outcome:
+    """No Activation holds a child with pending mail: resume it, unless draining (DUR-23)."""
+    if not step.draining:
+        step.effects.append(ResumeAgent(step.cause, record.child_id, event.message_id))
     return Outcome.DONE
 
 
@@ -406,6 +436,18 @@ TRANSITIONS: Final[Mapping[tuple[Phase, type[ChildEvent]], Edge]] = {
     (_P.DISPOSING, FollowupRequested): Edge(_on(_route_disposing), _P.DISPOSING, _P.DISPOSING),
     (_P.FLUSHING, FollowupRequested): Edge(_on(_route_disposing), _P.FLUSHING, _P.FLUSHING),
     (_P.RELEASING, FollowupRequested): Edge(_on(_route_disposing), _P.RELEASING, _P.RELEASING),
+    # Durable mailbox (DUR-22, DUR-23): delivered when live, a resume when absent; in the
+    # other phases it stays pending in the store for the next Activation.
+    (_P.ABSENT, MailboxArrived): Edge(_on(_mailbox_absent), _P.ABSENT),
+    (_P.RESERVED, MailboxArrived): Edge(None, _P.RESERVED),
+    (_P.SNAPSHOTTED, MailboxArrived): Edge(None, _P.SNAPSHOTTED),
+    (_P.PREPARED, MailboxArrived): Edge(None, _P.PREPARED),
+    (_P.RESUMING, MailboxArrived): Edge(None, _P.RESUMING),
+    (_P.MATERIALIZED, MailboxArrived): Edge(_on(_mailbox_live), _P.MATERIALIZED),
+    (_P.RESIDENT, MailboxArrived): Edge(_on(_mailbox_live), _P.RESIDENT),
+    (_P.DISPOSING, MailboxArrived): Edge(None, _P.DISPOSING),
+    (_P.FLUSHING, MailboxArrived): Edge(None, _P.FLUSHING),
+    (_P.RELEASING, MailboxArrived): Edge(None, _P.RELEASING),
     # The first accepted delivery makes the child resident; facts follow (RES-1, RES-2).
     (_P.MATERIALIZED, MessageAccepted): Edge(_on(_accepted), _P.RESIDENT),
     (_P.RESIDENT, MessageAccepted): Edge(_on(_accepted), _P.RESIDENT),
@@ -470,6 +512,7 @@ def apply(state: ManagerState, event: Event) -> tuple[ManagerState, tuple[Effect
             | ColdResumeStarted()
             | LeaseAcquired()
             | LeaseRefused()
+            | MailboxArrived()
             | ChildMaterialized()
             | StartRolledBack()
             | FollowupRequested()

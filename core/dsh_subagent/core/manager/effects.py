@@ -59,6 +59,16 @@ class ResumeAgent:
 
 
 @attrs.frozen
+class PostToMailbox:
+    """The child is held by another live harness: post the message to its durable mailbox,
+    the acceptance itself (DUR-20)."""
+
+    cause: EventId
+    child_id: SessionId
+    message_id: MessageId
+
+
+@attrs.frozen
 class AwaitRelease:
     """Disposal is open: wait for the release, then route the message again (CONT-14)."""
 
@@ -172,6 +182,7 @@ Effect: TypeAlias = (
     Reject
     | SubmitFollowup
     | ResumeAgent
+    | PostToMailbox
     | AwaitRelease
     | AwaitBranches
     | EmitStart

@@ -11,7 +11,9 @@ Theory of operation
    over one enum. A start moves RESERVED -> SNAPSHOTTED -> PREPARED -> MATERIALIZED
    (published) -> RESIDENT (first accepted delivery); a cold resume enters at RESUMING and
    materializes only after ``LeaseAcquired`` (the store's per-child lease, its epoch fencing
-   every append); ``LeaseRefused`` (held by another live harness) drops it.
+   every append); ``LeaseRefused`` (held by another live harness) drops it, and the
+   follow-up that asked for it goes to the child's durable mailbox. ``MailboxArrived`` is a
+   message another harness accepted into that mailbox, now pending for this one (DUR-22).
    Teardown moves DISPOSING (cutoff) -> FLUSHING (children released) -> RELEASING (flush
    reported) -> ABSENT (handle disposed).
 4. ``Trigger`` names the derivations that move a phase inside another event (settlement,
@@ -125,11 +127,27 @@ class LeaseAcquired:
 
 @attrs.frozen
 class LeaseRefused:
-    """The child's lease is held by another live harness; ``reason`` names it (LEASE-2)."""
+    """The child's lease is held by another live harness; ``reason`` names it (LEASE-2).
+
+    ``message_id`` is the follow-up that asked for the resume, if one did: it is posted to
+    the child's durable mailbox for the holder to deliver (DUR-20).
+    """
 
     event_id: EventId
     child_id: SessionId
     reason: str
+    message_id: MessageId | None = None
+
+
+@attrs.frozen
+class MailboxArrived:
+    """A message of the child's durable mailbox, accepted by another harness, is pending for
+    this one: delivered into a live Activation, or the reason to resume an absent child
+    (DUR-22, DUR-23)."""
+
+    event_id: EventId
+    child_id: SessionId
+    message_id: MessageId
 
 
 @attrs.frozen
@@ -249,6 +267,7 @@ ChildEvent: TypeAlias = (
     | ColdResumeStarted
     | LeaseAcquired
     | LeaseRefused
+    | MailboxArrived
     | ChildMaterialized
     | StartRolledBack
     | FollowupRequested

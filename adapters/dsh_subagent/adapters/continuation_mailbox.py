@@ -1,0 +1,204 @@
+"""The durable mailbox of continuable children held by another harness (DUR-20..29).
+
+Theory of operation
+-------------------
+1. Posting (DUR-20, DUR-21). A follow-up whose cold resume the store refuses (another live
+   harness holds the child's lease) gets the core's ``PostToMailbox``: ``post`` writes the
+   message, with its id and source, to the child's mailbox and returns once it is
+   committed, so accepted means durable. Admission, authorization and bad input were
+   checked before (the follow-up's validation and the cold resume's authorization). When
+   the store finds no other live holder any more, nothing is written and the follow-up
+   routes again (it takes the lease itself).
+2. Delivery (DUR-22). The holder's persistence tells it (``watch_mailbox``) that rows may be
+   pending; a pass, under the child's lock, reads the rows and hands each one not yet in
+   the child's log to the core as ``MailboxArrived``, whose ``SubmitFollowup`` is performed
+   as for a local follow-up (same inbox path, original id and source, waking a waiting
+   child). Passes of one child are serialised by the per-child lock.
+3. Exactly once (DUR-24, DUR-25): delivery is idempotent by message id. An id already
+   spliced into the child's log (``agent/inbox/spliced``) is never delivered again, and
+   rows stay in the store until a later taker prunes the ids its loaded log holds (a fenced
+   write). A crash between the log write and the prune therefore duplicates nothing, and a
+   crash before the log write loses nothing: the row is still there.
+4. Taking over (DUR-23). A cold resume reads the rows after it took the lease, prunes the
+   ones its stored log already holds and delivers the rest first, in acceptance order,
+   right after materialization (no await between), then its own message. After an
+   Activation is released, a pass runs again: rows that arrived while it was being torn
+   down make the core resume the child for them (``MailboxArrived`` on an absent child).
+5. A persistence without the mailbox (not a ``SessionMailbox``) keeps the old refusal,
+   ``ACTIVATION_HELD``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+from dsh_subagent.adapters.continuation_engine import Engine, LiveChild, Routed
+from dsh_subagent.adapters.continuation_support import ChildLocks
+from dsh_subagent.adapters.protocols import Session, SessionMailbox, SessionPersistence
+from dsh_subagent.adapters.signals import Unsubscribe
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.manager.events import MailboxArrived, MessageAccepted
+from dsh_subagent.core.values import (
+    INBOX_SPLICED,
+    Content,
+    MessageId,
+    MessageSource,
+    SessionEvent,
+    SessionId,
+    UserMessage,
+)
+
+_log = logging.getLogger("dsh_subagent.adapters.continuation")
+
+
+def mailbox_of(persistence: SessionPersistence | None) -> SessionMailbox | None:
+    """The persistence's durable mailbox, if it has one (rule 5)."""
+    return persistence if isinstance(persistence, SessionMailbox) else None
+
+
+def spliced_ids(events: Sequence[SessionEvent]) -> set[MessageId]:
+    """The ids of every message ever inserted into the inbox of this log (rule 3)."""
+    ids: set[MessageId] = set()
+    for event in events:
+        data = event.data
+        if event.type != INBOX_SPLICED or not isinstance(data, Mapping):
+            continue
+        inserted = data.get("inserted")
+        for message in inserted if isinstance(inserted, Sequence) else ():
+            mid = message.get("id") if isinstance(message, Mapping) else None
+            if isinstance(mid, str):
+                ids.add(MessageId(mid))
+    return ids
+
+
+class Mailbox:
+    """Posting, noticing and delivering a child's durable mailbox (rules 1-4)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        locks: ChildLocks,
+        persistence: Callable[[], SessionPersistence | None],
+    ) -> None:
+        self._engine = engine
+        self._locks = locks
+        self._persistence = persistence
+        #: Resumes an absent child for its pending mail (set by the manager).
+        self.resume: Callable[[SessionId], Awaitable[object]] | None = None
+        self._watching: dict[int, tuple[SessionMailbox, Unsubscribe]] = {}
+        #: Per child: the session last read and the ids spliced into it up to ``seq``.
+        self._logged: dict[SessionId, tuple[Session, int, set[MessageId]]] = {}
+        self._scheduled: set[SessionId] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def available(self) -> bool:
+        return mailbox_of(self._persistence()) is not None
+
+    # ------------------------------------------------------------------ posting (rule 1)
+
+    async def post(
+        self, child_id: SessionId, message_id: MessageId, content: Content, source: MessageSource
+    ) -> MessageId | None:
+        """Accept into the child's mailbox; None when no other harness holds it any more."""
+        store = mailbox_of(self._persistence())
+        if store is None:
+            raise SubagentError(ErrorCode.ACTIVATION_HELD, f"{child_id} is held elsewhere")
+        posted = await store.post(child_id, UserMessage(message_id, content, source))
+        return message_id if posted else None
+
+    # ------------------------------------------------------------------ noticing (rule 2)
+
+    def watch(self, persistence: SessionPersistence) -> None:
+        """Listen to this persistence's mailbox notifications (once per persistence)."""
+        store = mailbox_of(persistence)
+        if store is not None and id(store) not in self._watching:
+            self._watching[id(store)] = (store, store.watch_mailbox(self.notice))
+
+    def notice(self, child_id: SessionId) -> None:
+        """Rows may be pending for ``child_id``: schedule one delivery pass (coalesced)."""
+        if child_id in self._scheduled:
+            return
+        self._scheduled.add(child_id)
+        task = asyncio.get_running_loop().create_task(self._pass(child_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def after_release(self, live: LiveChild) -> None:
+        """Once ``live`` is released, look again: mail that came during its teardown."""
+        child_id = live.child_id
+        live.released.add_done_callback(lambda _released: self.notice(child_id))
+
+    async def _pass(self, child_id: SessionId) -> None:
+        try:
+            async with self._locks.locked(child_id):
+                self._scheduled.discard(child_id)
+                store = mailbox_of(self._persistence())
+                if store is None:
+                    return
+                routed = self.deliver(child_id, await store.mailbox(child_id))
+                if routed is Routed.RESUME and self.resume is not None:
+                    await self.resume(child_id)
+        except Exception:
+            _log.warning("mailbox delivery to %s failed; it stays pending", child_id, exc_info=True)
+
+    # ------------------------------------------------------------------ delivery (rules 2-4)
+
+    async def take_over(
+        self, child_id: SessionId, stored: Sequence[SessionEvent]
+    ) -> list[UserMessage]:
+        """After taking the lease: prune the rows ``stored`` holds, return the rest (rule 4)."""
+        store = mailbox_of(self._persistence())
+        if store is None:
+            return []
+        messages = await store.mailbox(child_id)
+        logged = spliced_ids(stored)
+        done = [message.id for message in messages if message.id in logged]
+        if done:
+            await store.prune(child_id, done)
+        return [message for message in messages if message.id not in logged]
+
+    def deliver(self, child_id: SessionId, messages: Sequence[UserMessage]) -> Routed | None:
+        """Hand every message not yet in the child's log to the core, in order; no await.
+
+        Returns ``Routed.RESUME`` when the core asks for the child to be resumed first.
+        """
+        logged = self._spliced(child_id)
+        for message in messages:
+            if message.id in logged:
+                continue
+            engine = self._engine
+            engine.outbox[message.id] = message
+            try:
+                routed = engine.dispatch(MailboxArrived(engine.event_id(), child_id, message.id))
+            finally:
+                engine.outbox.pop(message.id, None)
+            if routed is Routed.DELIVERED:
+                engine.dispatch(MessageAccepted(engine.event_id(), child_id, message.id))
+                logged.add(message.id)
+            elif routed is Routed.RESUME:
+                return routed
+        return None
+
+    def _spliced(self, child_id: SessionId) -> set[MessageId]:
+        """The ids in the child's log: the live one, else the last one seen (rule 3)."""
+        live = self._engine.children.get(child_id)
+        known = self._logged.get(child_id)
+        if live is None:
+            return set() if known is None else known[2]
+        session = live.handle.agent.session
+        if known is None or known[0] is not session:
+            known = (session, 0, set())
+        events = session.events
+        ids = known[2] | spliced_ids(events[known[1] :])
+        self._logged[child_id] = (session, len(events), ids)
+        return ids
+
+    async def settled(self) -> None:
+        """Wait until no delivery pass is pending (tests)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+__all__ = ["Mailbox", "mailbox_of", "spliced_ids"]

@@ -1,0 +1,108 @@
+"""The durable mailbox (DUR-20..29): two harness instances on one store in one process.
+
+The holder learns of a posted message on its own (SQLite: the ``PRAGMA data_version`` poll
+on its worker thread; in memory: a direct notification); the tests wait on the child's
+``inserted`` notification, never on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from dsh_subagent.adapters.protocols import InboxNotification
+from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.values import CoordinatorSource, MessageId, SessionId, UserMessage
+from tests.adapters.continuation_harness import Harness, run, text, user_messages
+
+CHILD = SessionId("c")
+
+
+Store = InMemoryPersistence | SqlitePersistence
+
+
+async def _stores(backend: str, path: Path) -> tuple[Store, Store]:
+    if backend == "memory":
+        first = InMemoryPersistence()
+        return first, first.peer()
+    one = await SqlitePersistence.open(path, mailbox_poll=0.01)
+    return one, await SqlitePersistence.open(path, mailbox_poll=0.01)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_dur_22_the_holder_delivers_mail_from_another_harness_on_the_store(
+    tmp_path: Path, backend: str
+) -> None:
+    async def main() -> None:
+        a, b = await _stores(backend, tmp_path / "sessions.db")
+        one, two = Harness(a, ids="one"), Harness(b, ids="two")
+        root = await one.root()
+        gate = Gate()
+        one.script("c", Gated(gate, reply("working")))
+        child = await one.start(root, "c")
+        await one.store.flush(child.session)
+        arrived: list[UserMessage] = []
+        three = asyncio.Event()
+
+        def on_inserted(note: InboxNotification) -> None:
+            arrived.append(note.message)
+            if len(arrived) == 3:
+                three.set()
+
+        child.inserted.subscribe(on_inserted)
+        grant = two.manager.user_authority()
+        source = CoordinatorSource(root.id)
+        ids = [
+            await two.manager.followup(CHILD, text(f"m{index}"), grant, source=source)
+            for index in range(3)
+        ]
+        assert two.manager.activation_state(CHILD) is None  # accepted there, runs here
+        await asyncio.wait_for(three.wait(), 30)
+        assert [(m.id, m.source) for m in arrived] == [(MessageId(i), source) for i in ids]
+        gate.open()
+        await one.quiet()
+        await one.quiet_child("c")
+        texts = [m.content for m in user_messages(child) if m.id in ids]
+        assert texts == [text("m0"), text("m1"), text("m2")]  # exactly once, in order
+        await one.manager.drain()
+        await a.close()
+        await b.close()
+
+    run(main)
+
+
+def test_dur_21_bad_input_is_refused_before_any_write() -> None:
+    async def main() -> None:
+        store = InMemoryPersistence()
+        with pytest.raises(SubagentError) as bad:
+            await store.post(CHILD, "hello")  # type: ignore[arg-type]
+        assert (bad.value.code, bad.value.field) == (ErrorCode.INVALID_ARGUMENT, "message")
+        assert await store.mailbox(CHILD) == []
+
+    run(main)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_dur_21_post_writes_only_while_another_live_holder_has_the_lease(
+    tmp_path: Path, backend: str
+) -> None:
+    async def main() -> None:
+        a, b = await _stores(backend, tmp_path / "sessions.db")
+        message = UserMessage(MessageId("m1"), text("hi"), CoordinatorSource(SessionId("r")))
+        assert await b.post(CHILD, message) is False  # nobody holds it: take it yourself
+        lease = await a.reserve(CHILD)
+        assert await a.post(CHILD, message) is False  # the holder itself never posts
+        assert await b.post(CHILD, message) is True
+        assert await a.mailbox(CHILD) == [message]  # id, content and source kept
+        await a.prune(CHILD, [message.id])
+        assert await b.mailbox(CHILD) == []
+        await a.release(lease)
+        await a.close()
+        await b.close()
+
+    run(main)
