@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -40,11 +42,14 @@ def test_auth_7_lineage_is_a_persistent_set_equal_to_any_set_with_its_members() 
     parent = EMPTY_LINEAGE.with_member(GRAND).with_member(PARENT)
     child = parent.with_member(CHILD)
     assert len(parent) == 2  # adding to a lineage leaves it unchanged
-    assert child == frozenset({GRAND, PARENT, CHILD}) == Lineage([CHILD, PARENT, GRAND])
+    expected: AbstractSet[AgentRef] = frozenset({GRAND, PARENT, CHILD})
+    assert child == expected
+    assert expected == Lineage([CHILD, PARENT, GRAND])
     assert set(child) == {GRAND, PARENT, CHILD}
     assert CHILD in child
     assert CHILD not in parent
-    assert "parent" not in child
+    not_a_ref: object = "parent"
+    assert not_a_ref not in child
     assert hash(child) == hash(Lineage([GRAND, PARENT, CHILD]))
     assert not child.isdisjoint(frozenset({CHILD}))
     assert parent.isdisjoint(frozenset({CHILD}))
@@ -54,7 +59,8 @@ def test_auth_7_lineage_is_a_persistent_set_equal_to_any_set_with_its_members() 
 
 @given(st.lists(st.integers(0, 30), max_size=40))
 def test_auth_7_lineage_with_member_agrees_with_a_frozenset(tokens: list[int]) -> None:
-    lineage, plain = EMPTY_LINEAGE, frozenset[AgentRef]()
+    lineage = EMPTY_LINEAGE
+    plain: AbstractSet[AgentRef] = frozenset()
     for token in tokens:
         ref = AgentRef(SessionId(f"a{token % 7}"), token)
         lineage, plain = lineage.with_member(ref), plain | {ref}
