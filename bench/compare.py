@@ -15,7 +15,9 @@ Theory of operation
    median and the [min-max] of the runs. Beside each wall figure of W1-W3 the table shows
    the process CPU time too (not in ``latest.json``): on a shared machine it is the less
    disturbed cross-check; beside W4 it shows the drain's time in the cyclic GC (table
-   only too). Ratios: ours / floor and ours / best peer (the
+   only too). W6 (a deep chain) and W7 (a wide tree) report start + drain at the large size,
+   its ratio to the small size, and memory per child with its ratio (ours only). Ratios:
+   ours / floor and ours / best peer (the
    lowest peer figure; below 1 means we are faster).
 4. The peer figure for W1 is each peer's delegation call without a parent model (the peers'
    README: ``W1_as_tool``, ``W1_delegate_body``, ``W1_parent_node``); W2 is
@@ -190,7 +192,8 @@ def commands(peers: Path | None, peers_dir: Path, quick: bool) -> dict[str, list
     sized = ["--n", "200", "--warmup", "20", "--fanout", "100", "--convs", "20", "--turns", "3"]
     ours = [sys.executable, "-m", "bench.workloads"]
     if quick:
-        ours += [*sized, "--tree", "100,1000", "--cycles", "200"]
+        ours += [*sized, "--tree", "100,1000", "--cycles", "200", "--chain", "50,200"]
+        ours += ["--wide", "50,200"]
     result = {OURS: ours}
     if peers is not None:
         for system in (FLOOR, *PEERS):
@@ -233,7 +236,30 @@ def figures_of(system: str, result: Mapping[str, object]) -> dict[str, float | N
             found["W4_gc_10k_ms"] = _at(drains, sizes[-1], "gc_ms")
             found["W4_scaling_10k_over_1k"] = large / small if large and small else None
         found["W5_core_events_per_s"] = _at(result, "W5_core", "events_per_s")
+        found.update(_shape_figures("W6", result.get("W6_chain")))
+        found.update(_shape_figures("W7", result.get("W7_wide")))
     return found
+
+
+def _shape_figures(name: str, runs: object) -> dict[str, float | None]:
+    """W6/W7: start + drain at the large size, its ratio to the small one, memory per child
+    at the large size and its ratio to the small one's (ideal: 10x and 1)."""
+    if not isinstance(runs, Mapping) or not runs:
+        return {}
+    sizes = sorted(runs, key=int)
+    total = [_sum(runs, size, ("start_ms", "drain_ms")) for size in (sizes[0], sizes[-1])]
+    memory = [_at(runs, size, "kib_per_child") for size in (sizes[0], sizes[-1])]
+    return {
+        f"{name}_start_drain_10k_ms": total[1],
+        f"{name}_scaling_10k_over_1k": total[1] / total[0] if total[0] and total[1] else None,
+        f"{name}_kib_per_child_10k": memory[1],
+        f"{name}_kib_10k_over_1k": memory[1] / memory[0] if memory[0] and memory[1] else None,
+    }
+
+
+def _sum(result: Mapping[str, object], key: str, fields: Sequence[str]) -> float | None:
+    values = [_at(result, key, field) for field in fields]
+    return None if None in values else sum(v for v in values if v is not None)
 
 
 def collect(records: Sequence[tuple[str, Record]]) -> Figures:

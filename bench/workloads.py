@@ -25,7 +25,13 @@ Theory of operation
    It also records the time CPython's cyclic garbage collector took during the drain.
 6. W5 pushes ``bench/core_scaling.py``'s event stream (10 events per child life) through the
    pure ``manager.apply`` over a manager already holding live Activations; events per second.
-7. Run from the repository root as ``python -m bench.workloads [--only W1,...]``, it prints
+7. W6 starts a chain of continuable children, each the child of the one before (depth ``n``),
+   every model step held until aborted, then drains it; W7 starts ``n`` held children under
+   one parent, then drains them. Both time the start and the drain and report the RSS the
+   live tree added per child, at two sizes, each in a fresh interpreter (``--shape``) so that
+   memory freed by one size cannot hide the next one's: cost and memory per child should
+   not grow with the size.
+8. Run from the repository root as ``python -m bench.workloads [--only W1,...]``, it prints
    one JSON line, like the peers' scripts; ``bench/run`` calls it that way. The functions
    are also called at a tiny size by ``tests/bench/test_bench_smoke.py`` so they cannot rot.
 """
@@ -289,6 +295,68 @@ def _ids(size: int) -> Iterator[SessionId]:
     return (SessionId(f"n{n}") for n in range(size))
 
 
+# --------------------------------------------------------------------------- W6, W7
+
+
+async def held_shape(size: int, *, chain: bool) -> tuple[World, JsonDict, int]:
+    """``size`` held continuable children, a chain or all under one parent (rule 7);
+    with the start's wall and CPU milliseconds and the RSS bytes the live children added."""
+    gc.collect()
+    before = rss_bytes()
+    model = BenchModel()
+    model.hold_until_aborted = True
+    model.hold_target = size
+    world = World(model, InMemoryPersistence(), keep_ends=False)
+    parent = await world.root("host")
+    cpu0, wall0 = time.process_time_ns(), time.perf_counter_ns()
+    for child_id in _ids(size):
+        await world.start_child(parent, child_id, "hold")
+        if chain:
+            parent = world.live(child_id)
+    await model.all_held.wait()
+    wall_ns, cpu_ns = time.perf_counter_ns() - wall0, time.process_time_ns() - cpu0
+    gc.collect()
+    started: JsonDict = {
+        "start_ms": round(wall_ns / 1e6, 2),
+        "start_cpu_ms": round(cpu_ns / 1e6, 2),
+    }
+    return world, started, rss_bytes() - before
+
+
+async def held_drain(size: int, *, chain: bool) -> JsonDict:
+    """Start, then drain, a held chain (W6) or a held wide tree (W7) of ``size`` children."""
+    world, started, added = await held_shape(size, chain=chain)
+    collections = GcTimer()
+    cpu0, wall0 = time.process_time_ns(), time.perf_counter_ns()
+    with collections:
+        await world.service.drain_continuable()
+    wall_ns, cpu_ns = time.perf_counter_ns() - wall0, time.process_time_ns() - cpu0
+    assert all(world.service.activation_state(node) is None for node in _ids(size))
+    return {
+        "children": size,
+        **started,
+        "drain_ms": round(wall_ns / 1e6, 2),
+        "drain_cpu_ms": round(cpu_ns / 1e6, 2),
+        "gc_ms": round(collections.seconds * 1e3, 2),
+        "kib_per_child": round(added / 1024 / size, 2),
+    }
+
+
+SHAPES: Final = ("chain", "wide")
+
+
+def shape_in_fresh_interpreter(shape: str, size: int) -> JsonDict:
+    """Run one W6 (``chain``) or W7 (``wide``) size in a new interpreter (rule 7)."""
+    command = [sys.executable, "-m", "bench.workloads", "--shape", shape, "--size", str(size)]
+    completed = subprocess.run(
+        command, check=False, capture_output=True, text=True, timeout=900, cwd=ROOT
+    )
+    if completed.returncode != 0:
+        return {"error": (completed.stderr.strip().splitlines() or ["failed"])[-1]}
+    result: JsonDict = json.loads(completed.stdout.strip().splitlines()[-1])
+    return result
+
+
 # --------------------------------------------------------------------------- W5
 
 
@@ -346,7 +414,15 @@ async def run_all(args: argparse.Namespace) -> JsonDict:
         result["W4_drain"] = {str(size): await w4(size) for size in args.tree}
     if "W5" in only:
         result["W5_core"] = w5(args.live, args.cycles)
+    if "W6" in only:
+        result["W6_chain"] = {str(n): shape_in_fresh_interpreter("chain", n) for n in args.chain}
+    if "W7" in only:
+        result["W7_wide"] = {str(n): shape_in_fresh_interpreter("wide", n) for n in args.wide}
     return result
+
+
+def _sizes(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -356,13 +432,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fanout", type=int, default=1000, help="concurrent children (W2)")
     parser.add_argument("--convs", type=int, default=500, help="persisted children (W3)")
     parser.add_argument("--turns", type=int, default=10, help="epochs per child (W3)")
-    parser.add_argument(
-        "--tree", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 10000]
-    )
+    parser.add_argument("--tree", type=_sizes, default=[1000, 10000], help="nodes (W4)")
     parser.add_argument("--live", type=int, default=1000, help="live Activations (W5)")
     parser.add_argument("--cycles", type=int, default=2000, help="child lives of 10 events (W5)")
-    parser.add_argument("--only", default="W1,W2,W3,W4,W5")
+    parser.add_argument("--chain", type=_sizes, default=[1000, 10000], help="depths (W6)")
+    parser.add_argument("--wide", type=_sizes, default=[1000, 10000], help="children (W7)")
+    parser.add_argument("--only", default="W1,W2,W3,W4,W5,W6,W7")
     parser.add_argument("--w2", choices=W2_VARIANTS, help="run one W2 variant in this process")
+    parser.add_argument("--shape", choices=SHAPES, help="run one W6/W7 size in this process")
+    parser.add_argument("--size", type=int, default=1000, help="children of --shape")
     return parser.parse_args(argv)
 
 
@@ -371,6 +449,8 @@ def main() -> None:
     started = time.perf_counter()
     if args.w2:
         result = asyncio.run(w2(args.w2, args.fanout))
+    elif args.shape:
+        result = asyncio.run(held_drain(args.size, chain=args.shape == "chain"))
     else:
         result = asyncio.run(run_all(args))
         result["total_s"] = round(time.perf_counter() - started, 2)

@@ -65,6 +65,33 @@ def test_tree_levels_have_depth_4_and_the_requested_size() -> None:
     assert workloads.tree_levels(10_000) == [10, 100, 1_000, 8_890]
 
 
+def test_w6_w7_start_and_drain_a_held_chain_and_a_wide_tree() -> None:
+    for chain in (True, False):
+        result = asyncio.run(workloads.held_drain(12, chain=chain))
+        assert result["children"] == 12
+        assert isinstance(result["kib_per_child"], float)
+        assert isinstance(result["start_cpu_ms"], float)
+        assert isinstance(result["drain_cpu_ms"], float)
+
+
+def test_w6_size_runs_in_a_fresh_interpreter() -> None:
+    result = workloads.shape_in_fresh_interpreter("chain", 5)
+    assert result.get("children") == 5, result
+
+
+def test_w6_w7_figures_scale_the_large_size_by_the_small() -> None:
+    runs = {
+        "1000": {"start_ms": 10.0, "drain_ms": 5.0, "kib_per_child": 20.0},
+        "10000": {"start_ms": 100.0, "drain_ms": 65.0, "kib_per_child": 22.0},
+    }
+    figures = compare.figures_of("ours", {"W6_chain": runs})
+    assert figures["W6_start_drain_10k_ms"] == 165.0
+    assert figures["W6_scaling_10k_over_1k"] == 11.0
+    assert figures["W6_kib_per_child_10k"] == 22.0
+    assert figures["W6_kib_10k_over_1k"] == 1.1
+    assert "W7_scaling_10k_over_1k" not in figures
+
+
 def test_w5_counts_events_through_the_core_apply() -> None:
     result = workloads.w5(10, 5, repeats=1)
     assert result["events"] == 50  # 10 events per child life
@@ -178,6 +205,16 @@ def test_quick_run_of_ours_alone_writes_the_issue_shape_with_the_peers_absent(
         "W4_drain_10k_ms",
         "W4_scaling_10k_over_1k",
         "W5_core_events_per_s",
+        *(
+            f"{w}_{figure}"
+            for w in ("W6", "W7")
+            for figure in (
+                "start_drain_10k_ms",
+                "scaling_10k_over_1k",
+                "kib_per_child_10k",
+                "kib_10k_over_1k",
+            )
+        ),
     }
     assert all(set(by_system) == {"ours"} for by_system in latest["workloads"].values())
     assert "asyncio_floor absent: not requested (--no-peers)" in capsys.readouterr().out

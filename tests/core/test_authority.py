@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh_subagent.core.authority import (
     ALLOWED,
+    EMPTY_LINEAGE,
     AgentRef,
     AncestorInterrupt,
     Denied,
+    Lineage,
     ParentAuthority,
     Presented,
     TargetFacts,
@@ -32,6 +36,36 @@ C = SessionId("child")
 PARENT = AgentRef(P, 1)
 GRAND = AgentRef(SessionId("grand"), 1)
 CHILD = AgentRef(C, 7)
+
+
+def test_auth_7_lineage_is_a_persistent_set_equal_to_any_set_with_its_members() -> None:
+    parent = EMPTY_LINEAGE.with_member(GRAND).with_member(PARENT)
+    child = parent.with_member(CHILD)
+    assert len(parent) == 2  # adding to a lineage leaves it unchanged
+    expected: AbstractSet[AgentRef] = frozenset({GRAND, PARENT, CHILD})
+    assert child == expected
+    assert expected == Lineage([CHILD, PARENT, GRAND])
+    assert set(child) == {GRAND, PARENT, CHILD}
+    assert CHILD in child
+    assert CHILD not in parent
+    not_a_ref: object = "parent"
+    assert not_a_ref not in child
+    assert hash(child) == hash(Lineage([GRAND, PARENT, CHILD]))
+    assert not child.isdisjoint(frozenset({CHILD}))
+    assert parent.isdisjoint(frozenset({CHILD}))
+    assert child | {AgentRef(C, 8)} == frozenset({GRAND, PARENT, CHILD, AgentRef(C, 8)})
+    assert repr(EMPTY_LINEAGE.with_member(CHILD)) == f"Lineage([{CHILD!r}])"
+
+
+@given(st.lists(st.integers(0, 30), max_size=40))
+def test_auth_7_lineage_with_member_agrees_with_a_frozenset(tokens: list[int]) -> None:
+    lineage = EMPTY_LINEAGE
+    plain: AbstractSet[AgentRef] = frozenset()
+    for token in tokens:
+        ref = AgentRef(SessionId(f"a{token % 7}"), token)
+        lineage, plain = lineage.with_member(ref), plain | {ref}
+        assert lineage == plain
+        assert len(lineage) == len(plain)
 
 
 def test_auth_1_exact_live_direct_parent_only() -> None:
@@ -88,11 +122,11 @@ def test_auth_6_ancestor_interrupt_order() -> None:
 def test_auth_7_live_lineage_follows_registry_and_stops_at_gaps_and_cycles() -> None:
     headers = {P: SessionId("grand"), SessionId("grand"): SessionId("top")}
     registry = {SessionId("grand"): GRAND}
-    assert live_lineage(PARENT, headers, registry) == frozenset({PARENT, GRAND})
+    assert frozenset(live_lineage(PARENT, headers, registry)) == frozenset({PARENT, GRAND})
     cyclic = {P: SessionId("grand"), SessionId("grand"): P}
     both = {P: PARENT, SessionId("grand"): GRAND}
-    assert live_lineage(PARENT, cyclic, both) == frozenset({PARENT, GRAND})
-    assert live_lineage(PARENT, {}, {}) == frozenset({PARENT})
+    assert frozenset(live_lineage(PARENT, cyclic, both)) == frozenset({PARENT, GRAND})
+    assert frozenset(live_lineage(PARENT, {}, {})) == frozenset({PARENT})
 
 
 def test_auth_7_replacement_is_never_a_member() -> None:

@@ -363,7 +363,7 @@ class ContinuationManager:
         with self._tracing.drain("scoped"):
             targets = self._dispatch_drain(DescendantsOf(presented))
             roots = frozenset(each.agent for each in presented if each.is_exact_live)
-            await self._barrier.wait(lambda lineage: not roots.isdisjoint(lineage))
+            await self._barrier.wait(lambda lineage: not lineage.isdisjoint(roots))
             await await_branches(targets, "scoped")
 
     async def drain_children(self, parent: Agent, ids: Sequence[SessionId]) -> None:
@@ -384,7 +384,9 @@ class ContinuationManager:
     # ------------------------------------------------------------------ harness events
 
     def _on_agent_disposed(self, agent: Agent) -> None:
-        """A closing root lasts until that exact agent is disposed (TEAR-9)."""
+        """A closing root lasts until that exact agent is disposed (TEAR-9); remembered
+        lineage walks are stale from now on."""
+        self._identities.departed()
         ref = self._identities.known(agent)
         if ref is not None:
             self._engine.dispatch(AgentDisposed(self._engine.event_id(), ref))

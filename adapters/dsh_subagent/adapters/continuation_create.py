@@ -78,7 +78,7 @@ from dsh_subagent.adapters.providers.base import (
 from dsh_subagent.adapters.providers.in_process import child_agent_options
 from dsh_subagent.adapters.setup_registry import ContinuableSetupRegistry
 from dsh_subagent.adapters.signals import AbortController, AbortSignal, Scope, race_abort
-from dsh_subagent.core.authority import Denied, authorize_followup
+from dsh_subagent.core.authority import EMPTY_LINEAGE, Denied, authorize_followup
 from dsh_subagent.core.capabilities import check_continuable_capability
 from dsh_subagent.core.depth import child_depth, delegation_depth_of
 from dsh_subagent.core.descriptor import (
@@ -302,7 +302,7 @@ class Creator:
         descriptor = resume_descriptor(fold_descriptor(record.events, header.seed_length))
         parent_id = header.parent_session
         parent = None if parent_id is None else self._agents.get(parent_id)
-        lineage = frozenset() if parent is None else self._identities.lineage(parent)
+        lineage = EMPTY_LINEAGE if parent is None else self._identities.lineage(parent)
         self._engine.dispatch(ColdResumeStarted(self._engine.event_id(), child_id, parent_id))
         async with self._barrier.in_flight(lineage):
             try:
@@ -410,7 +410,7 @@ class Creator:
         descriptor: ContinuableDescriptor,
     ) -> None:
         """Create or resume the child, then publish it in one step (CONT-10)."""
-        lineage = frozenset() if parent is None else self._identities.lineage(parent)
+        lineage = EMPTY_LINEAGE if parent is None else self._identities.lineage(parent)
         signal.throw_if_aborted()
         handle = await open_handle()
         agent = handle.agent
@@ -425,7 +425,7 @@ class Creator:
         run_id = RunId(self._services.ids())
         status = AgentStatus(agent.status.value)
         event = ChildMaterialized(
-            self._engine.event_id(), child_id, run_id, child, lineage | {child}, status
+            self._engine.event_id(), child_id, run_id, child, lineage.with_member(child), status
         )
         try:
             self._engine.dispatch(event)

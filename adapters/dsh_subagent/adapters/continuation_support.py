@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Set as AbstractSet
 
 import attrs
 
@@ -63,10 +64,10 @@ class Barrier:
     """In-flight materializations and the lineage each runs under (rule 2)."""
 
     def __init__(self) -> None:
-        self._entries: dict[object, tuple[frozenset[AgentRef], asyncio.Future[None]]] = {}
+        self._entries: dict[object, tuple[AbstractSet[AgentRef], asyncio.Future[None]]] = {}
 
     @contextlib.asynccontextmanager
-    async def in_flight(self, lineage: frozenset[AgentRef]) -> AsyncIterator[None]:
+    async def in_flight(self, lineage: AbstractSet[AgentRef]) -> AsyncIterator[None]:
         key = object()
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._entries[key] = (lineage, done)
@@ -76,7 +77,7 @@ class Barrier:
             del self._entries[key]
             done.set_result(None)
 
-    async def wait(self, selected: Callable[[frozenset[AgentRef]], bool]) -> None:
+    async def wait(self, selected: Callable[[AbstractSet[AgentRef]], bool]) -> None:
         waits = [done for lineage, done in self._entries.values() if selected(lineage)]
         if waits:
             await asyncio.wait(waits)

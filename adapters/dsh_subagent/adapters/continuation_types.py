@@ -21,6 +21,14 @@ Theory of operation
    never exact live, so the core refuses it like a departed agent.
 4. ``LineageView`` reads the registry lazily as the two mappings ``core.authority.
    live_lineage`` walks (header parents and registry tokens), so the walk copies nothing.
+5. A start needs its parent's live lineage (AUTH-7): along a chain that walk is O(depth)
+   per start. ``Identities.lineage`` remembers each agent's walk (a persistent
+   ``Lineage``, weakly per agent object) with the id it stopped at, and reuses it while it
+   is still the walk the registry would give: no agent has left the registry since
+   (``departed``, called on ``agent/disposed``, counts departures) and the stop id is
+   still unregistered. A start then walks only to the nearest remembered ancestor (its
+   parent, in a chain) and adds to that lineage in O(log n). A walk that meets an id twice
+   (a cycle of header parents) is taken whole by ``live_lineage`` and not remembered.
 """
 
 from __future__ import annotations
@@ -36,8 +44,10 @@ from dsh_subagent.adapters.frozen_json import freeze_content
 from dsh_subagent.adapters.protocols import Agent, AgentRegistry
 from dsh_subagent.adapters.signals import AbortSignal
 from dsh_subagent.core.authority import (
+    EMPTY_LINEAGE,
     AgentRef,
     FollowupAuthority,
+    Lineage,
     ParentAuthority,
     Presented,
     UserAuthority,
@@ -169,6 +179,8 @@ class Identities:
         self._tokens: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
         self._next = itertools.count(1)
         self._grants: weakref.WeakSet[UserGrant] = weakref.WeakSet()
+        self._walks: weakref.WeakKeyDictionary[object, _Walk] = weakref.WeakKeyDictionary()
+        self._departures = 0
 
     def ref(self, agent: Agent) -> AgentRef:
         """This agent object's ``AgentRef``, minting its token on first sight."""
@@ -210,10 +222,58 @@ class Identities:
             return UserAuthority(self.genuine(authority))
         raise refuse_authority("ParentAgent or a UserGrant")
 
-    def lineage(self, parent: Agent) -> frozenset[AgentRef]:
-        """The parent's live lineage through the registry (AUTH-7)."""
+    def departed(self) -> None:
+        """An agent left the registry: every remembered walk may have changed (rule 5)."""
+        self._departures += 1
+
+    def lineage(self, parent: Agent) -> Lineage:
+        """The parent's live lineage through the registry (AUTH-7), reusing the nearest
+        remembered walk (rule 5): O(log n) per start along a chain, not O(depth)."""
+        path: list[Agent] = []  # walked agents with no usable memory, parent first
+        seen: set[SessionId] = set()
+        agent, base, stop = parent, EMPTY_LINEAGE, None
+        while (walk := self._walks.get(agent)) is None or not self._still_valid(walk):
+            path.append(agent)
+            seen.add(agent.id)
+            holder = self._agents.get(agent.id)  # whose header the walk reads (rule 4)
+            stop = agent.id if holder is None else holder.session.header.parent_session
+            if stop is None or holder is None:
+                break
+            if stop in seen:
+                return self._whole_walk(parent)  # a cycle of header parents: no memory
+            found = self._agents.get(stop)
+            if found is None:
+                break
+            agent = found
+        else:
+            base, stop = walk.lineage, walk.stop
+            for walked in path:  # the remembered walk must not meet this one's ids again
+                current = self._agents.get(walked.id)
+                if current is not None and self.ref(current) in base:
+                    return self._whole_walk(parent)
+        for walked in reversed(path):
+            base = base.with_member(self.ref(walked))
+            self._walks[walked] = _Walk(base, stop, self._departures)
+        return base
+
+    def _still_valid(self, walk: _Walk) -> bool:
+        if walk.departures != self._departures:
+            return False
+        return walk.stop is None or self._agents.get(walk.stop) is None
+
+    def _whole_walk(self, parent: Agent) -> Lineage:
         view = LineageView(self._agents, self)
         return live_lineage(self.ref(parent), view.header_parents, view)
+
+
+@attrs.frozen
+class _Walk:
+    """One remembered lineage walk: its result, the unregistered id it stopped at (None: a
+    root), and the departure count it was taken at (rule 5)."""
+
+    lineage: Lineage
+    stop: SessionId | None
+    departures: int
 
 
 class LineageView(Mapping[SessionId, AgentRef]):

@@ -24,16 +24,24 @@ Theory of operation
 6. Decisions are data: ``Allowed`` or ``Denied(code, reason)``; nothing here raises.
 7. A grant is verified by the adapter (an object only the service can mint); the core only
    sees ``grant_genuine``. Message sources never reach this module (AUTH-3).
+8. A materialization lineage is a ``Lineage``: a child's is its parent's plus itself, so a
+   copied set would cost O(depth) time and memory per start along a chain. ``Lineage`` is an
+   immutable ``Set`` over a ``PMap``: ``with_member`` shares every untouched node, O(log32 n);
+   membership is O(log32 n), and ``isdisjoint(other)`` walks ``other``, so callers write
+   ``lineage.isdisjoint(roots)`` (the few roots, never the depth). It equals any set with the
+   same members, so a ``frozenset`` is accepted wherever a lineage is (``AbstractSet``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Final, TypeAlias
 
 import attrs
 
 from dsh_subagent.core.errors import ErrorCode
+from dsh_subagent.core.pmap import PMap
 from dsh_subagent.core.values import CancelKind, SessionId
 
 
@@ -43,6 +51,42 @@ class AgentRef:
 
     session_id: SessionId
     token: int
+
+
+class Lineage(AbstractSet[AgentRef]):
+    """An immutable set of agents; adding one costs O(log32 n) and copies nothing else (rule 8)."""
+
+    __slots__ = ("_members",)
+
+    def __init__(self, members: Iterable[AgentRef] = ()) -> None:
+        found: PMap[AgentRef, bool] = PMap()
+        for member in members:
+            found = found.set(member, True)
+        self._members = found
+
+    def with_member(self, agent: AgentRef) -> Lineage:
+        """This lineage plus ``agent``: the structure is shared, not copied."""
+        grown = Lineage()
+        grown._members = self._members.set(agent, True)
+        return grown
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._members
+
+    def __iter__(self) -> Iterator[AgentRef]:
+        return iter(self._members)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __hash__(self) -> int:
+        return self._hash()
+
+    def __repr__(self) -> str:
+        return f"Lineage({sorted(self._members, key=lambda ref: ref.token)!r})"
+
+
+EMPTY_LINEAGE: Final = Lineage()
 
 
 @attrs.frozen
@@ -113,7 +157,7 @@ class TargetFacts:
     """What authority needs of a resident target: durable parent and materialization lineage."""
 
     parent_session: SessionId | None
-    lineage: frozenset[AgentRef]
+    lineage: AbstractSet[AgentRef]
 
 
 _FORGED_GRANT: Final = Denied(ErrorCode.UNAUTHORIZED, "user authority requires a service grant")
@@ -237,20 +281,20 @@ def live_lineage(
     parent: AgentRef,
     header_parent_of: Mapping[SessionId, SessionId | None],
     registry: Mapping[SessionId, AgentRef],
-) -> frozenset[AgentRef]:
+) -> Lineage:
     """The parent's live lineage: follow header parents through the registry (AUTH-7).
 
     Starts at ``parent`` and stops at the first id with no registry entry, or one seen
-    before. Each step costs O(1); the walk is iterative.
+    before. Each step costs O(log32 n); the walk is iterative.
     """
-    lineage = {parent}
+    lineage = EMPTY_LINEAGE.with_member(parent)
     seen = {parent.session_id}
     next_id = header_parent_of.get(parent.session_id)
     while next_id is not None and next_id not in seen and next_id in registry:
         seen.add(next_id)
-        lineage.add(registry[next_id])
+        lineage = lineage.with_member(registry[next_id])
         next_id = header_parent_of.get(next_id)
-    return frozenset(lineage)
+    return lineage
 
 
 def authorize_question(caller: Presented | None, roots: Collection[AgentRef]) -> Decision:

@@ -114,6 +114,7 @@ class _Inbox:
         self._session = session
         self._notify = notify
         self._lists: dict[InboxTarget, list[UserMessage]] = {t: [] for t in InboxTarget}
+        self._where: dict[MessageId, InboxTarget] = {}  # every pending id, for O(1) checks
         for event in session.events[session.header.seed_length or 0 :]:
             if event.type == INBOX_SPLICED:
                 self._replay(event.seq, event.data)
@@ -132,28 +133,49 @@ class _Inbox:
             self._check(target, start, removed, inserted)
         except (SubagentError, ValueError) as exc:
             raise _corrupt(seq, f"invalid inbox splice: {exc}") from exc
-        self._lists[target][start : start + removed] = inserted
+        self._apply(target, start, removed, inserted)
 
     def pending(self, target: InboxTarget) -> tuple[UserMessage, ...]:
         return tuple(self._lists[target])
 
+    def length(self, target: InboxTarget) -> int:
+        return len(self._lists[target])
+
+    def target_of(self, message_id: MessageId) -> InboxTarget | None:
+        """The list ``message_id`` is pending in, or None."""
+        return self._where.get(message_id)
+
     @property
     def has_pending(self) -> bool:
-        return any(self._lists.values())
+        return bool(self._where)
 
     def _check(
         self, target: InboxTarget, start: int, removed: int, inserted: Sequence[UserMessage]
     ) -> None:
+        """Ids stay unique across both lists: O(removed + inserted), never O(pending)."""
         current = self._lists[target]
         if start > len(current) or start + removed > len(current):
             raise invalid("start", "splice range outside the list")
-        other = InboxTarget.NEXT_STEP if target is InboxTarget.NEXT_TURN else InboxTarget.NEXT_TURN
-        kept = [*current[:start], *current[start + removed :], *self._lists[other]]
-        ids = [m.id for m in kept]
+        leaving = {m.id for m in current[start : start + removed]} if inserted else set()
+        arriving: set[MessageId] = set()
         for message in inserted:
-            if message.id in ids:
+            taken = message.id in self._where and message.id not in leaving
+            if taken or message.id in arriving:
                 raise invalid("message.id", f"message {message.id!r} is already pending")
-            ids.append(message.id)
+            arriving.add(message.id)
+
+    def _apply(
+        self, target: InboxTarget, start: int, count: int, inserted: Sequence[UserMessage]
+    ) -> list[UserMessage]:
+        """Apply a checked splice to the list and to the id index; returns the removed."""
+        current = self._lists[target]
+        removed = current[start : start + count]
+        current[start : start + count] = inserted
+        for message in removed:
+            del self._where[message.id]
+        for message in inserted:
+            self._where[message.id] = target
+        return removed
 
     def splice(
         self,
@@ -176,8 +198,7 @@ class _Inbox:
                 target.value, start, removed_count=count, inserted=inserted, canceled=canceled
             ),
         )
-        removed = current[start : start + count]
-        current[start : start + count] = inserted
+        removed = self._apply(target, start, count, inserted)
         for message in removed if canceled else ():
             self._notify("discarded", message, None)
         for message in inserted:
@@ -298,7 +319,7 @@ class ReferenceAgent:
                 asyncio.get_running_loop()  # a driver needs a loop: fail before any side effect
             case InsertMessage(target=target):
                 assert message is not None  # only a send inserts
-                end = len(self._inbox.pending(target))
+                end = self._inbox.length(target)
                 self._inbox.splice(target, end, 0, [message], canceled=False)
             case Wake(after_abort=after_abort):
                 self._dispatch(_WAKE_REQUESTED[after_abort])
@@ -353,12 +374,12 @@ class ReferenceAgent:
 
     def remove(self, message_id: MessageId) -> bool:
         """Durably cancel one pending message; False if it is no longer pending (HARNESS-10)."""
-        for target in (InboxTarget.NEXT_TURN, InboxTarget.NEXT_STEP):
-            ids = [m.id for m in self._inbox.pending(target)]
-            if message_id in ids:
-                self._inbox.splice(target, ids.index(message_id), 1, canceled=True)
-                return True
-        return False
+        target = self._inbox.target_of(message_id)
+        if target is None:
+            return False
+        ids = [m.id for m in self._inbox.pending(target)]
+        self._inbox.splice(target, ids.index(message_id), 1, canceled=True)
+        return True
 
     def cancel(self, cause: CancelCause, *, keep_inbox: bool = False) -> None:
         """Clear (unless keep_inbox) and abort the current activity (HARNESS-5)."""
@@ -470,7 +491,7 @@ class ReferenceAgent:
                 finally:
                     self.session.append(STEP_END, {})
                 signal.throw_if_aborted()
-                if ends is not None and not self.next_step:
+                if ends is not None and not self._inbox.length(InboxTarget.NEXT_STEP):
                     break
                 first = False
         except Exception as exc:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Final, TypeVar, assert_never, cast
 
 import attrs
@@ -246,7 +247,7 @@ def _drop_unpublished(step: Step, record: Activation, event: StartRolledBack) ->
     return Outcome.DONE
 
 
-def _admits_delivery(step: Step, event: FollowupRequested, lineage: frozenset[AgentRef]) -> bool:
+def _admits_delivery(step: Step, event: FollowupRequested, lineage: AbstractSet[AgentRef]) -> bool:
     """The admission check of a delivery (CONT-14, CONT-16 step 2); rejects when closed."""
     caller = event.authority.caller.agent if isinstance(event.authority, ParentAuthority) else None
     if step.lineage_closing(lineage) or (caller is not None and step.agent_closing(caller)):
@@ -355,8 +356,7 @@ def _disposal_finished(step: Step, record: Activation, event: DisposalFinished) 
             closing = owner.phase in DISPOSAL_OPEN or step.lineage_closing(owner.lineage)
             parent = ParentFacts(True, owner.status, closing, resident=True)
         else:
-            ancestors = record.lineage - {record.agent} if record.agent else record.lineage
-            closing = step.lineage_closing(ancestors)
+            closing = step.lineage_closing(record.lineage, besides=record.agent)
             parent = ParentFacts(event.parent_registered, event.parent_status, closing)
         decision = route_notice(parent)
         if decision.accounted:

@@ -23,6 +23,7 @@ Theory of operation
 from __future__ import annotations
 
 import enum
+from collections.abc import Set as AbstractSet
 from typing import Final, TypeAlias
 
 import attrs
@@ -158,7 +159,7 @@ class ChildMaterialized:
     child_id: SessionId
     run_id: RunId
     agent: AgentRef
-    lineage: frozenset[AgentRef]
+    lineage: AbstractSet[AgentRef]
     status: AgentStatus = AgentStatus.IDLE
 
 

@@ -107,7 +107,7 @@ def descendants(
         for child_id, record in records.items()
         if record.phase in LIVE
         and record.agent not in roots
-        and not roots.isdisjoint(record.lineage)
+        and not record.lineage.isdisjoint(roots)
     )
 
 

@@ -20,6 +20,7 @@ Theory of operation
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, ValuesView
+from collections.abc import Set as AbstractSet
 from typing import Final
 
 import attrs
@@ -64,7 +65,7 @@ class Activation:
     parent_session: SessionId | None
     parent_agent: AgentRef | None = None
     agent: AgentRef | None = None
-    lineage: frozenset[AgentRef] = frozenset()
+    lineage: AbstractSet[AgentRef] = frozenset()
     epoch: int = 0
     lease: int | None = None
     run_id: RunId | None = None
@@ -170,9 +171,14 @@ class Step:
     def reject(self, code: ErrorCode, reason: str) -> None:
         self.effects.append(Reject(self.cause, code, reason))
 
-    def lineage_closing(self, lineage: frozenset[AgentRef]) -> bool:
-        """TEAR-10: draining, or the lineage reaches a scoped closing root."""
-        return self.draining or not self.closing_roots.isdisjoint(lineage)
+    def lineage_closing(
+        self, lineage: AbstractSet[AgentRef], besides: AgentRef | None = None
+    ) -> bool:
+        """TEAR-10: draining, or the lineage reaches a scoped closing root (other than
+        ``besides``). Walks the few roots, never the lineage (a chain may be deep)."""
+        if self.draining:
+            return True
+        return any(root in lineage and root != besides for root in self.closing_roots)
 
     def agent_closing(self, agent: AgentRef | None) -> bool:
         """Is ``agent`` closing: a member, or a resident whose lineage is closing?"""

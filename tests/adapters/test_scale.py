@@ -1,0 +1,108 @@
+"""Deep chains through the continuation manager: no recursion over depth, no limit raised.
+
+A chain of continuable children, each started while its parent's model step is held (as a
+delegating tool would), is built at 2,000 deep in the default suite and at 10,000 in the
+``soak`` run (``DSH_SOAK=1``). The leaf runs a follow-up; the whole drain releases the chain
+child-first. Nothing here times anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import pytest
+
+from dsh_subagent.adapters.protocols import ModelRequest, ModelStep
+from dsh_subagent.adapters.reference.scripted_model import reply
+from dsh_subagent.adapters.signals import race_abort
+from dsh_subagent.core.values import SessionId
+from tests.adapters.continuation_harness import FallbackModel, Harness, run, user_texts
+
+LEAF_FOLLOWUP = "one more at the leaf"
+
+
+class ChainModel(FallbackModel):
+    """Every step is held until its turn is aborted, except the leaf's first, which waits
+    for ``leaf_go``; the step that sees the follow-up sets ``followup_seen``."""
+
+    def __init__(self, leaf: str) -> None:
+        super().__init__()
+        self.leaf = leaf
+        self.leaf_go = asyncio.Event()
+        self.followup_seen = asyncio.Event()
+        self.held = 0
+        self.all_held = asyncio.Event()
+        self.expected = 0
+
+    async def step(self, request: ModelRequest) -> ModelStep:
+        if request.agent == self.leaf and not self.leaf_go.is_set():
+            self._arrive()
+            await self.leaf_go.wait()
+            return reply("first epoch done")
+        if request.agent == self.leaf and request.turn > 1:  # the follow-up's turn
+            self.followup_seen.set()
+        else:
+            self._arrive()
+        await race_abort(asyncio.Event().wait(), request.signal)
+        return reply("never")
+
+    def _arrive(self) -> None:
+        self.held += 1
+        if self.held >= self.expected:
+            self.all_held.set()
+
+
+class ChainHarness(Harness):
+    def __init__(self, leaf: str) -> None:
+        self.chain_model = ChainModel(leaf)
+        super().__init__()
+
+    def model(self, agent_id: str) -> FallbackModel:
+        return self.chain_model
+
+
+def _deep_chain_starts_follows_up_at_the_leaf_and_drains_child_first(depth: int) -> None:
+    ids = [f"c{n}" for n in range(depth)]
+
+    async def main() -> None:
+        h = ChainHarness(ids[-1])
+        h.chain_model.expected = depth
+        parent = await h.root()
+        for child_id in ids:
+            parent = await h.start(parent, child_id)
+        await h.chain_model.all_held.wait()
+        assert all(h.manager.activation_state(SessionId(c)) is not None for c in ids)
+
+        leaf_parent = h.agents.get(SessionId(ids[-2]))
+        assert leaf_parent is not None
+        await h.followup(leaf_parent, ids[-1], LEAF_FOLLOWUP)
+        h.chain_model.leaf_go.set()
+        await h.chain_model.followup_seen.wait()
+        leaf = h.agents.get(SessionId(ids[-1]))
+        assert leaf is not None
+        assert user_texts(leaf)[-1] == LEAF_FOLLOWUP
+
+        disposed: list[str] = []
+        h.agents.disposed.subscribe(lambda agent: disposed.append(agent.id))
+        await h.manager.drain()
+        assert disposed == ids[::-1]
+        assert [end.start.child_id for end in h.ends()] == ids[::-1]
+        assert all(h.manager.activation_state(SessionId(c)) is None for c in ids)
+
+    limit = sys.getrecursionlimit()
+    run(main)
+    assert sys.getrecursionlimit() == limit
+
+
+def test_tear_3_2000_deep_chain_starts_follows_up_at_the_leaf_and_drains_child_first() -> None:
+    _deep_chain_starts_follows_up_at_the_leaf_and_drains_child_first(2_000)
+
+
+@pytest.mark.soak
+@pytest.mark.skipif(os.environ.get("DSH_SOAK") != "1", reason="soak: set DSH_SOAK=1")
+def test_tear_3_soak_10000_deep_chain_starts_follows_up_at_the_leaf_and_drains_child_first() -> (
+    None
+):
+    _deep_chain_starts_follows_up_at_the_leaf_and_drains_child_first(10_000)
