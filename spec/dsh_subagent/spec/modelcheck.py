@@ -1,4 +1,4 @@
-"""Exhaustive small-scope model checking of the continuation manager's ``apply``.
+"""Exhaustive small-scope model checking of the manager's ``apply``, and every checked machine.
 
 Theory of operation
 -------------------
@@ -16,7 +16,10 @@ Theory of operation
    discarded only from the inbox; ids are never reused while in flight; and a child's
    release (``DisposalFinished``) comes only once its inbox is empty
    (a cancelled child's inbox is discarded first, HARNESS-11, TEAR-18).
-3. Breadth-first search from the empty state dedups states by a canonical key; with
+3. ``ManagerModel`` is one model of the shared engine (``spec.bfs``); ``models`` names it and
+   the other core machines (``spec.modelcheck_machines``) for ``verify --exhaustive``.
+   Breadth-first search from the empty state dedups states by a canonical key (``bfs.image``
+   of the node, derived from its attrs fields, so no field is listed by hand); with
    ``symmetry`` the key is the least one over every renaming of the interchangeable child
    names (the vocabulary is symmetric, so this is sound). BFS keeps one parent pointer per
    state, so the first violation found has a shortest event trace.
