@@ -17,6 +17,9 @@ import click
 
 from dsh_subagent.core.errors import SubagentError
 
+EXHAUSTIVE_MACHINES = ("manager", "one-shot", "observer", "jobs", "activity")
+"""``verify --exhaustive --machine`` names (``spec.modelcheck.MACHINES``; a test pins them)."""
+
 
 def _version() -> str:
     try:
@@ -108,10 +111,11 @@ def diagram(out: Path) -> None:
 )
 @click.option(
     "--machine",
-    type=click.Choice(["core", "service", "both"]),
+    type=click.Choice(["core", "service", "both", *EXHAUSTIVE_MACHINES]),
     default="both",
     show_default=True,
-    help="The core lockstep machine, the service machine over the real harness, or both.",
+    help="The core lockstep machine, the service machine over the real harness, or both;"
+    " with --exhaustive: one of the checked machines (core: the manager; both: all).",
 )
 @click.option(
     "--exhaustive",
@@ -119,7 +123,7 @@ def diagram(out: Path) -> None:
     is_flag=False,
     flag_value="small",
     default=None,
-    help="Instead: explore every state of the manager in this scope (default small).",
+    help="Instead: explore every state of the core machines in this scope (default small).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document as the report.")
 @click.option(
@@ -153,11 +157,16 @@ def verify(
     from dsh_subagent.cli.verify import default_cache_dir, run_verify
 
     if exhaustive is not None:
-        from dsh_subagent.spec.modelcheck import run_exhaustive
+        from dsh_subagent.spec.modelcheck import MACHINES, run_exhaustive
 
-        if not run_exhaustive(exhaustive):
+        chosen = {"both": MACHINES, "core": ("manager",)}.get(machine, (machine,))
+        if machine == "service":
+            raise click.UsageError("--exhaustive checks the core machines, not the service")
+        if not run_exhaustive(exhaustive, chosen, as_json=as_json, echo=click.echo):
             sys.exit(1)
         return
+    if machine in EXHAUSTIVE_MACHINES:
+        raise click.UsageError(f"--machine {machine} needs --exhaustive")
 
     passed = run_verify(
         examples=examples,

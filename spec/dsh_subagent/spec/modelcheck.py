@@ -1,4 +1,4 @@
-"""Exhaustive small-scope model checking of the continuation manager's ``apply``.
+"""Exhaustive small-scope model checking of the manager's ``apply``, and every checked machine.
 
 Theory of operation
 -------------------
@@ -16,7 +16,10 @@ Theory of operation
    discarded only from the inbox; ids are never reused while in flight; and a child's
    release (``DisposalFinished``) comes only once its inbox is empty
    (a cancelled child's inbox is discarded first, HARNESS-11, TEAR-18).
-3. Breadth-first search from the empty state dedups states by a canonical key; with
+3. ``ManagerModel`` is one model of the shared engine (``spec.bfs``); ``models`` names it and
+   the other core machines (``spec.modelcheck_machines``) for ``verify --exhaustive``.
+   Breadth-first search from the empty state dedups states by a canonical key (``bfs.image``
+   of the node, derived from its attrs fields, so no field is listed by hand); with
    ``symmetry`` the key is the least one over every renaming of the interchangeable child
    names (the vocabulary is symmetric, so this is sound). BFS keeps one parent pointer per
    state, so the first violation found has a shortest event trace.
@@ -43,9 +46,9 @@ import collections
 import enum
 import functools
 import itertools
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Final
+import json
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final
 
 import attrs
 
@@ -58,7 +61,6 @@ from dsh_subagent.core.authority import (
     Presented,
     UserAuthority,
 )
-from dsh_subagent.core.errors import SubagentError
 from dsh_subagent.core.manager import TRANSITIONS, Activation, ManagerState, apply
 from dsh_subagent.core.manager.effects import (
     DeliverReport,
@@ -107,6 +109,7 @@ from dsh_subagent.core.pmap import PMap
 from dsh_subagent.core.residency import AgentStatus
 from dsh_subagent.core.teardown import Boundary, FlushOutcome
 from dsh_subagent.core.values import EventId, KnownStop, MessageId, RunId, SessionId
+from dsh_subagent.spec.bfs import Findings, Model, Result, Violation, image, search
 from dsh_subagent.spec.charts import ActivationChart, Edge, edges
 from dsh_subagent.spec.invariants import TraceStep, check_state, check_trace
 
@@ -165,34 +168,6 @@ class Env:
 
     def of(self, child: SessionId) -> frozenset[MessageId]:
         return frozenset(m for c, m in self.pending | self.inbox if c == child)
-
-
-@attrs.frozen
-class Violation:
-    """A property that failed, and the shortest event trace from the empty state to it."""
-
-    check: str
-    detail: str
-    events: tuple[Event, ...]
-
-
-@attrs.frozen
-class Result:
-    """What one search explored and found."""
-
-    scope: Scope
-    states: int
-    transitions: int
-    depth: int
-    seconds: float
-    violations: tuple[Violation, ...]
-    edges_taken: frozenset[Edge]
-    checks: Mapping[str, int]
-
-    @property
-    def edges_missed(self) -> frozenset[Edge]:
-        """Chart edges the search never took (unreachable, or the scope is too small)."""
-        return CHART_EDGES - self.edges_taken
 
 
 Node = tuple[ManagerState, Env]
@@ -357,58 +332,23 @@ def advance(env: Env, effects: Iterable[Effect], event: Event) -> Env:
 # --------------------------------------------------------------------------- canonical keys
 
 
-def _key(node: Node, perm: Mapping[str, str]) -> tuple[object, ...]:
+def _key(node: Node, perm: Mapping[str, str]) -> object:
     """A comparable, hashable image of the node with child names renamed by ``perm``."""
-    state, env = node
 
-    def rn(text: str | None) -> str:
-        if text is None:
-            return ""
+    def rn(text: str) -> str:
         head, dot, tail = text.partition(".")
         return perm.get(head, head) + dot + tail
 
-    def ref(agent: AgentRef | None) -> tuple[str, int]:
-        return ("", 0) if agent is None else (rn(agent.session_id), agent.token)
-
-    def ids(items: Iterable[str]) -> tuple[str, ...]:
-        return tuple(sorted(rn(i) for i in items))
-
-    records = sorted(
-        (
-            rn(r.child_id),
-            r.phase.value,
-            rn(r.parent_session),
-            ref(r.parent_agent),
-            ref(r.agent),
-            tuple(sorted(ref(a) for a in r.lineage)),
-            r.epoch,
-            rn(r.run_id),
-            r.status.value,
-            ids(r.accepted),
-            ids(r.owned),
-            r.announced,
-            r.child_failures,
-            "" if r.durability is None else r.durability.outcome.value,
-            -1 if r.lease is None else r.lease,
-        )
-        for r in state.activations.values()
-    )
-    return (
-        tuple(records),
-        tuple(sorted((rn(c), n) for c, n in state.epochs.items())),
-        tuple(sorted(ref(a) for a in state.closing_roots)),
-        state.draining,
-        tuple(sorted((rn(c), rn(m)) for c, m in env.pending)),
-        tuple(sorted((rn(c), rn(m)) for c, m in env.inbox)),
-    )
+    return image(node, rn)
 
 
-def canonical_key(scope: Scope, node: Node, *, symmetry: bool = True) -> tuple[object, ...]:
+def canonical_key(scope: Scope, node: Node, *, symmetry: bool = True) -> Hashable:
     """The state's key, least over every renaming of the child names when ``symmetry``."""
     names = scope.children
     if not symmetry or len(names) < 2:
         return _key(node, {})
-    return min(_key(node, dict(zip(names, p, strict=True))) for p in itertools.permutations(names))
+    images = (_key(node, dict(zip(names, p, strict=True))) for p in itertools.permutations(names))
+    return min(images)  # type: ignore[type-var]
 
 
 # --------------------------------------------------------------------------- checks
@@ -468,16 +408,15 @@ def _history(state: ManagerState) -> list[TraceStep]:
 
 def check_edge(
     before: Node, event: Event, after: Node, effects: tuple[Effect, ...], taken: set[Edge]
-) -> list[tuple[str, str]]:
-    """Every edge check of rule 4, as ``(check id, detail)`` pairs; empty when all hold."""
-    found: list[tuple[str, str]] = []
+) -> dict[str, list[str]]:
+    """Every edge check of rule 4, by check ID (empty lists when all hold)."""
     (s0, _), (s1, env1) = before, after
+    found: dict[str, list[str]] = {"CHART": [], "INV-MC-1": [], "INV-MC-2": []}
     step = TraceStep(event, effects, s0, s1)
     if any(not isinstance(e, Reject) for e in effects):  # trace invariants read effects
         edges_ = any(isinstance(e, EmitStart | EmitEnd) for e in effects)
         steps = [*_history(s0), step] if edges_ else [step]
-        for inv_id, problems in check_trace(steps, complete=not s1.activations).items():
-            found += [(inv_id, p) for p in problems]
+        found |= check_trace(steps, complete=not s1.activations)
     subject = getattr(event, "child_id", None)
     for child in {*s0.activations, *s1.activations}:
         old, new = _phase(s0, child), _phase(s1, child)
@@ -486,7 +425,7 @@ def check_edge(
             continue
         path = chart_path(old, new, first, _settles(s0, event, child))
         if path is None:
-            found.append(("CHART", f"{child}: {old.value} -> {new.value} on {first}"))
+            found["CHART"].append(f"{child}: {old.value} -> {new.value} on {first}")
         else:
             taken.update(path)
     if subject is not None and subject not in s0.activations and subject not in s1.activations:
@@ -494,14 +433,68 @@ def check_edge(
     for child, record in s1.activations.items():
         if record.accepted != env1.of(child):
             detail = f"{child} accounts {sorted(record.accepted)}, the harness holds "
-            found.append(("INV-MC-1", detail + str(sorted(env1.of(child)))))
+            found["INV-MC-1"].append(detail + str(sorted(env1.of(child))))
     for child in s0.activations:
         if child not in s1.activations and env1.of(child):
-            found.append(("INV-MC-2", f"{child} released holding {sorted(env1.of(child))}"))
+            found["INV-MC-2"].append(f"{child} released holding {sorted(env1.of(child))}")
     return found
 
 
 # --------------------------------------------------------------------------- the search
+
+ApplyFn = Callable[[ManagerState, Event], tuple[ManagerState, tuple[Effect, ...]]]
+
+
+class ManagerModel(Model[Node, Event]):
+    """The continuation manager's ``apply`` as a search model (rules 1-5)."""
+
+    name = "manager"
+    chart_edges = CHART_EDGES
+
+    def __init__(self, scope: Scope, *, symmetry: bool = True, apply_fn: ApplyFn | None = None):
+        self.scope, self.symmetry = scope, symmetry
+        self.apply = apply_fn or apply
+
+    def describe(self) -> str:
+        return f"{len(self.scope.children)} children, depth {self.scope.depth}"
+
+    def initial(self) -> Sequence[Node]:
+        return [(ManagerState(), Env())]
+
+    def enabled(self, node: Node) -> Iterable[Event]:
+        return enabled(self.scope, node)
+
+    def step(self, node: Node, event: Event) -> tuple[Node, object]:
+        state, effects = self.apply(node[0], event)
+        return (state, advance(node[1], effects, event)), effects
+
+    def key(self, node: Node) -> Hashable:
+        return canonical_key(self.scope, node, symmetry=self.symmetry)
+
+    def check_edge(
+        self, before: Node, event: Event, after: Node, record: object, taken: set[Edge]
+    ) -> Findings:
+        assert isinstance(record, tuple)
+        return check_edge(before, event, after, record, taken)
+
+    def check_node(self, node: Node) -> Findings:
+        return check_state(node[0])
+
+    def quiescent(self, node: Node) -> bool:
+        return not node[0].activations
+
+    def progress(self, event: Event) -> bool:
+        return isinstance(event, PROGRESS)
+
+    def unchanged(self, before: Node, after: Node) -> bool:
+        (s0, env0), (s1, env1) = before, after
+        return (
+            s1.activations is s0.activations
+            and s1.epochs is s0.epochs
+            and s1.closing_roots == s0.closing_roots
+            and s1.draining == s0.draining
+            and env1 == env0
+        )
 
 
 def explore(
@@ -510,114 +503,14 @@ def explore(
     symmetry: bool = True,
     max_violations: int = 1,
     max_states: int | None = None,
-    apply_fn: Callable[[ManagerState, Event], tuple[ManagerState, tuple[Effect, ...]]]
-    | None = None,
+    apply_fn: ApplyFn | None = None,
+    keep_nodes: bool = False,
 ) -> Result:
     """Breadth-first search of every state the scope reaches; every check on every edge."""
-    step_fn = apply_fn or apply
-    started = time.monotonic()
-    start: Node = (ManagerState(), Env())
-    keys = {canonical_key(scope, start, symmetry=symmetry): 0}
-    nodes: list[Node] = [start]
-    parent: list[tuple[int, Event] | None] = [None]
-    level = [0]
-    preds: list[set[int]] = [set()]
-    progress: list[bool] = [False]  # reached from a predecessor by a progress event
-    taken: set[Edge] = set()
-    checks: collections.Counter[str] = collections.Counter()
-    violations: list[Violation] = []
-    transitions = 0
-
-    def trace(index: int, last: Event | None = None) -> tuple[Event, ...]:
-        events: list[Event] = [] if last is None else [last]
-        while (link := parent[index]) is not None:
-            index, event = link
-            events.append(event)
-        return tuple(reversed(events))
-
-    def report(check: str, detail: str, index: int, last: Event | None = None) -> None:
-        violations.append(Violation(check, detail, trace(index, last)))
-
-    for problems in check_state(start[0]).values():
-        assert not problems
-    queue = collections.deque([0])
-    prog_preds: list[set[int]] = [set()]
-    while queue and len(violations) < max_violations and len(nodes) != max_states:
-        index = queue.popleft()
-        node = nodes[index]
-        for event in enabled(scope, node):
-            transitions += 1
-            try:
-                state, effects = step_fn(node[0], event)
-            except (SubagentError, AssertionError) as error:
-                report("RAISES", f"{type(error).__name__}: {error}", index, event)
-                break
-            after: Node = (state, advance(node[1], effects, event))
-            for check, detail in check_edge(node, event, after, effects, taken):
-                report(check, detail, index, event)
-            checks["edge"] += 1
-            if _unchanged(node, after):
-                target: int | None = index
-            else:
-                key = canonical_key(scope, after, symmetry=symmetry)
-                target = keys.get(key)
-            if target is None:
-                target = keys[key] = len(nodes)
-                nodes.append(after)
-                parent.append((index, event))
-                level.append(level[index] + 1)
-                preds.append(set())
-                prog_preds.append(set())
-                progress.append(False)
-                for inv_id, problems in check_state(state).items():
-                    checks[inv_id] += 1
-                    for problem in problems:
-                        report(inv_id, problem, target)
-                queue.append(target)
-            if isinstance(event, PROGRESS):
-                prog_preds[target].add(index)
-            if len(violations) >= max_violations:
-                break
-    if not violations:
-        stuck = _stuck(nodes, prog_preds)
-        checks["INV-MC-3"] = len(nodes)
-        if stuck is not None:
-            report("INV-MC-3", "no quiescent state is reachable by progress events", stuck)
-    return Result(
-        scope,
-        len(nodes),
-        transitions,
-        max(level),
-        time.monotonic() - started,
-        tuple(violations),
-        frozenset(taken),
-        dict(checks),
+    model = ManagerModel(scope, symmetry=symmetry, apply_fn=apply_fn)
+    return search(
+        model, max_violations=max_violations, max_states=max_states, keep_nodes=keep_nodes
     )
-
-
-def _unchanged(before: Node, after: Node) -> bool:
-    """A cheap sufficient test that a step changed nothing (refusals, interrupts)."""
-    (s0, env0), (s1, env1) = before, after
-    return (
-        s1.activations is s0.activations
-        and s1.epochs is s0.epochs
-        and s1.closing_roots == s0.closing_roots
-        and s1.draining == s0.draining
-        and env1 == env0
-    )
-
-
-def _stuck(nodes: list[Node], preds: list[set[int]]) -> int | None:
-    """The first state (in BFS order, so shortest trace) that cannot reach quiescence."""
-    good = [not node[0].activations for node in nodes]
-    frontier = [i for i, ok in enumerate(good) if ok]
-    while frontier:
-        index = frontier.pop()
-        for pred in preds[index]:
-            if not good[pred]:
-                good[pred] = True
-                frontier.append(pred)
-    return next((i for i, ok in enumerate(good) if not ok), None)
 
 
 # --------------------------------------------------------------------------- traces
@@ -671,34 +564,107 @@ REPLAY_NAMESPACE: Final[Mapping[str, object]] = {
 """The names ``format_trace``'s lines use: ``exec(text, dict(REPLAY_NAMESPACE))`` runs them."""
 
 
-def replay(events: Iterable[Event]) -> list[TraceStep]:
+def replay(events: Iterable[object]) -> list[TraceStep]:
     """Apply ``events`` from the empty state; the recorded steps (raises what ``apply`` does)."""
     state = ManagerState()
     steps = []
     for event in events:
+        assert isinstance(event, Event)
         after, effects = apply(state, event)
         steps.append(TraceStep(event, effects, state, after))
         state = after
     return steps
 
 
+# --------------------------------------------------------------------------- every machine
+
+
+def models(scope_name: str) -> dict[str, Model[Any, Any]]:
+    """Every exhaustively checked machine in the named scope, by its ``--machine`` name."""
+    from dsh_subagent.spec import modelcheck_machines as mm
+
+    jobs_scope = mm.JobsScope() if scope_name == "small" else mm.JobsScope((1, 2), jobs=3, limit=2)
+    return {
+        "manager": ManagerModel(SCOPES[scope_name]),
+        "one-shot": mm.OneShotModel(mm.RunScope()),
+        "observer": mm.ObserverModel(mm.ObsScope()),
+        "jobs": mm.JobsModel(jobs_scope),
+        "activity": mm.ActivityModel(mm.ActScope(2 if scope_name == "small" else 3)),
+    }
+
+
+MACHINES: Final = ("manager", "one-shot", "observer", "jobs", "activity")
+
+
 def summary(result: Result) -> str:
     """One line: the counts ``verify --exhaustive`` prints."""
     return (
-        f"{len(result.scope.children)} children, depth {result.scope.depth}: "
-        f"{result.states} states, {result.transitions} transitions, depth {result.depth}, "
-        f"{result.seconds:.1f} s"
+        f"{result.scope}: {result.states} states, {result.transitions} transitions, "
+        f"depth {result.depth}, {result.seconds:.1f} s"
     )
 
 
-def run_exhaustive(scope_name: str, echo: Callable[[str], None] = print) -> bool:
-    """``verify --exhaustive``: search one named scope, print counts, missed edges, violations."""
-    result = explore(SCOPES[scope_name])
-    echo(f"exhaustive {scope_name} scope: {summary(result)}")
-    for source, event, target in sorted(result.edges_missed, key=repr):
-        name = getattr(source, "value", source), event, getattr(target, "value", target)
-        echo("chart edge never taken: {} --{}--> {}".format(*name))
-    for violation in result.violations:
-        echo(f"violation, shortest trace ({len(violation.events)} events):")
-        echo(format_trace(violation))
-    return not result.violations
+def _trace_text(violation: Violation, machine: str) -> str:
+    if machine == "manager":
+        return format_trace(violation)
+    lines = [f"# {violation.check}: {violation.detail}", f"state = {_source(violation.start)}"]
+    return "\n".join(lines + [f"apply({_source(e)})" for e in violation.events])
+
+
+def _document(scope_name: str, results: list[Result]) -> dict[str, object]:
+    """The ``--json`` document: one entry per machine, as the other verify modes have."""
+    return {
+        "verdict": "fail" if any(r.violations for r in results) else "pass",
+        "mode": "exhaustive",
+        "scope": scope_name,
+        "machines": [
+            {
+                "name": r.machine,
+                "scope": r.scope,
+                "states": r.states,
+                "transitions": r.transitions,
+                "depth": r.depth,
+                "seconds": round(r.seconds, 3),
+                "verdict": "fail" if r.violations else "pass",
+                "invariants": [
+                    {"id": check, "checks": count} for check, count in sorted(r.checks.items())
+                ],
+                "edges_missed": sorted(" ".join(map(str, e)) for e in r.edges_missed),
+                "failure": None
+                if not r.violations
+                else {
+                    "check": r.violations[0].check,
+                    "message": r.violations[0].detail,
+                    "sequence": _trace_text(r.violations[0], r.machine).splitlines(),
+                },
+            }
+            for r in results
+        ],
+    }
+
+
+def run_exhaustive(
+    scope_name: str,
+    machines: Iterable[str] = MACHINES,
+    *,
+    as_json: bool = False,
+    echo: Callable[[str], None] = print,
+) -> bool:
+    """``verify --exhaustive``: search each chosen machine, print counts, missed edges, traces."""
+    chosen = models(scope_name)
+    results = []
+    for name in machines:
+        result = search(chosen[name])
+        results.append(result)
+        if as_json:
+            continue
+        echo(f"exhaustive {scope_name} scope, {name}: {summary(result)}")
+        for source, event, target in sorted(result.edges_missed, key=repr):
+            named = getattr(source, "value", source), event, getattr(target, "value", target)
+            echo("chart edge never taken: {} --{}--> {}".format(*named))
+        for violation in result.violations:
+            echo(f"violation, shortest trace ({len(violation.events)} events):")
+            echo(_trace_text(violation, name))
+    if as_json:
+        echo(json.dumps(_document(scope_name, results), indent=2))
+    return not any(r.violations for r in results)
