@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,8 +24,11 @@ from dsh_subagent.core.values import (
     MessageId,
     Mode,
     OneShotDescriptor,
+    Origin,
     OtherStop,
+    SessionHeader,
     SessionId,
+    SessionMeta,
     SubagentReportSource,
     SubagentSettledSource,
     TextBlock,
@@ -32,6 +36,7 @@ from dsh_subagent.core.values import (
     UserMessage,
     bound_summary,
     is_success,
+    new_header,
     stop_reason_text,
     text_of,
 )
@@ -110,6 +115,21 @@ def test_descriptor_modes_and_text_of() -> None:
     assert OneShotDescriptor("spawn").mode is Mode.ONE_SHOT
     assert ContinuableDescriptor("spawn", "label").mode is Mode.CONTINUABLE
     assert text_of((TextBlock("a"), DataBlock({"k": 1}), TextBlock("b"))) == "ab"
+
+
+def test_harness_21_new_header_takes_the_creators_fields_and_stamps_the_time() -> None:
+    meta = SessionMeta(cwd="/w", parent_session=SessionId("p"), seed_length=1, delegation_depth=2)
+    header = new_header(CHILD, meta, 42.0)
+    assert header == SessionHeader(
+        CHILD, 42.0, cwd="/w", parent_session=SessionId("p"), seed_length=1, delegation_depth=2
+    )
+    chosen = SessionMeta(origin=Origin.SUBAGENT, agent_preset="coder", created_at=7.0)
+    assert new_header(CHILD, chosen, 42.0) == SessionHeader(
+        CHILD, 7.0, origin=Origin.SUBAGENT, agent_preset="coder"
+    )
+    # A header is a creator's choice plus the id: re-issuing one keeps every chosen field.
+    other = SessionId("other")
+    assert new_header(other, header, 1.0) == attrs.evolve(header, id=other)
 
 
 # --------------------------------------------------------------------------- lossless JSON

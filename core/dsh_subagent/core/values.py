@@ -196,19 +196,35 @@ class Origin(enum.Enum):
     SUBAGENT = "subagent"
 
 
-@attrs.frozen
-class SessionHeader:
-    """The immutable header fields of a session (HARNESS-21)."""
+@attrs.frozen(kw_only=True)
+class SessionMeta:
+    """The header fields a creator chooses for a new session (HARNESS-21): a header without
+    the id and the version; ``created_at`` is ``None`` to let the store stamp the time."""
 
-    id: SessionId
-    created_at: float = 0.0
-    version: int = SESSION_VERSION
     cwd: str | None = None
     parent_session: SessionId | None = None
     seed_length: int | None = None
     origin: Origin | None = None
     delegation_depth: int | None = None
     agent_preset: str | None = None
+    created_at: float | None = None
+
+
+@attrs.frozen
+class SessionHeader(SessionMeta):
+    """The immutable header of a session (HARNESS-21): the creator's fields, the id, the
+    version and the creation time (always set)."""
+
+    id: SessionId
+    created_at: float = 0.0
+    version: int = SESSION_VERSION
+
+
+def new_header(session_id: SessionId, meta: SessionMeta, now: float) -> SessionHeader:
+    """The header of a new session: ``meta``'s fields, and ``now`` unless ``meta`` chose a time."""
+    chosen = {field.name: getattr(meta, field.name) for field in attrs.fields(SessionMeta)}
+    chosen["created_at"] = now if meta.created_at is None else meta.created_at
+    return SessionHeader(id=session_id, **chosen)
 
 
 @attrs.frozen

@@ -51,6 +51,7 @@ from dsh_subagent.core.values import (
     SessionEvent,
     SessionHeader,
     SessionId,
+    new_header,
 )
 
 Clock = Callable[[], float]
@@ -241,16 +242,7 @@ class SessionStore:
         _validate_meta(meta, None if seed is None else len(seed))
         if session_id in self._entries:
             raise invalid("session_id", f"session {session_id!r} is already live")
-        header = SessionHeader(
-            id=session_id,
-            created_at=self._clock() if meta.created_at is None else meta.created_at,
-            cwd=meta.cwd,
-            parent_session=meta.parent_session,
-            seed_length=meta.seed_length,
-            origin=meta.origin,
-            delegation_depth=meta.delegation_depth,
-            agent_preset=meta.agent_preset,
-        )
+        header = new_header(session_id, meta, self._clock())
         return LiveSession(header, seed, clock=self._clock)
 
     def restore(
