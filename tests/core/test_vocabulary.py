@@ -14,6 +14,7 @@ from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import check_json, require_int, require_str
 from dsh_subagent.core.values import (
+    END_SEED,
     BaseSource,
     BaseSourceKind,
     CancelKind,
@@ -26,6 +27,7 @@ from dsh_subagent.core.values import (
     OneShotDescriptor,
     Origin,
     OtherStop,
+    SessionEvent,
     SessionHeader,
     SessionId,
     SessionMeta,
@@ -252,6 +254,14 @@ def test_harness_22_turn_end_shapes() -> None:
     for bad in ({"reason": "weird"}, None, [1]):
         with pytest.raises(SubagentError):
             wire.turn_end_reason(bad)
+
+
+def test_harness_20_desc_11_a_seed_is_closed_by_one_end_seed_marker() -> None:
+    note = SessionEvent("note", 0, 0.0)
+    assert not wire.needs_end_seed(None)
+    assert wire.needs_end_seed(())
+    assert wire.needs_end_seed([note])
+    assert not wire.needs_end_seed([note, SessionEvent(END_SEED, 1, 0.0)])
 
 
 def test_harness_10_splice_and_message_event_shapes() -> None:

@@ -117,6 +117,7 @@ from dsh_subagent.core.values import (
     SessionId,
     ToolFilter,
 )
+from dsh_subagent.core.wire import needs_end_seed
 
 
 @attrs.frozen(eq=False)
@@ -458,10 +459,10 @@ class Creator:
 def _seed_with_descriptor(
     prefix: Sequence[SessionEvent] | None, descriptor: JsonValue, now: float
 ) -> tuple[SessionEvent, ...]:
-    """The child's seed: the provider's prefix closed by its end-seed marker (HARNESS-21),
+    """The child's seed: the provider's prefix closed by its end-seed marker (DESC-11),
     then the descriptor as the child's first own event (DESC-12)."""
     seed = list(prefix or ())
-    if prefix is not None and (not seed or seed[-1].type != END_SEED):
+    if needs_end_seed(prefix):
         seed.append(SessionEvent(END_SEED, len(seed), now, {}))
     seed.append(SessionEvent(DESCRIPTOR_EVENT, len(seed), now, descriptor))
     return tuple(seed)

@@ -27,6 +27,10 @@ Theory of operation
    ``<message>`` is ``{"id": s, "content": [<block>...], "source": <source>}``;
    ``<source>`` is ``{"kind": k, ...}`` with the sender/summary fields in camelCase.
 3. Decoders raise ``SubagentError(CORRUPT_SESSION)`` naming the field on a malformed payload.
+4. Seeds: a session built from a seed (even an empty one) closes it with one
+   ``session/end-seed`` unless the seed already ends with one; a session built without a seed
+   gets no marker (HARNESS-20, DESC-11). The session constructor and the continuable creator's
+   staged seed both ask ``needs_end_seed``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from collections.abc import Mapping, Sequence
 
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (
+    END_SEED,
     BaseSource,
     BaseSourceKind,
     CancelKind,
@@ -46,6 +51,7 @@ from dsh_subagent.core.values import (
     JsonValue,
     MessageId,
     MessageSource,
+    SessionEvent,
     SessionId,
     SubagentReportSource,
     SubagentSettledSource,
@@ -255,3 +261,14 @@ def splice_data(
     if canceled:
         data["outcome"] = "canceled"
     return data
+
+
+# --------------------------------------------------------------------------- seeds
+
+
+def needs_end_seed(seed: Sequence[SessionEvent] | None) -> bool:
+    """Whether a session built from ``seed`` must append the ``session/end-seed`` marker (rule 4).
+
+    post: __return__ == (seed is not None and (len(seed) == 0 or seed[-1].type != END_SEED))
+    """
+    return seed is not None and (not seed or seed[-1].type != END_SEED)

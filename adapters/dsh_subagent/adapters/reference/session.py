@@ -53,6 +53,7 @@ from dsh_subagent.core.values import (
     SessionId,
     new_header,
 )
+from dsh_subagent.core.wire import needs_end_seed
 
 Clock = Callable[[], float]
 _CHECKED_TYPES: set[str] = set()  # event types already accepted by ``require_str``
@@ -138,7 +139,7 @@ class LiveSession:
         self.first_live_seq: Final = len(self._log)
         #: The persistence this session was restored from, and its stored log length then.
         self.restored_from: tuple[SessionPersistence, int] | None = None
-        if seed is not None and (not self._log or self._log[-1].type != END_SEED):
+        if needs_end_seed(seed):
             self.append(END_SEED, {})
 
     @classmethod
