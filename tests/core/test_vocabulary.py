@@ -15,6 +15,8 @@ from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import check_json, require_int, require_str
 from dsh_subagent.core.values import (
     END_SEED,
+    TURN_END,
+    TURN_START,
     BaseSource,
     BaseSourceKind,
     CancelKind,
@@ -262,6 +264,16 @@ def test_harness_20_desc_11_a_seed_is_closed_by_one_end_seed_marker() -> None:
     assert wire.needs_end_seed(())
     assert wire.needs_end_seed([note])
     assert not wire.needs_end_seed([note, SessionEvent(END_SEED, 1, 0.0)])
+
+
+def test_cap_8_seed_ends_at_the_last_completed_turn() -> None:
+    def event(seq: int, kind: str) -> SessionEvent:
+        return SessionEvent(kind, seq, 0.0, {"turn": 1})
+
+    log = [event(0, TURN_START), event(1, TURN_END), event(2, TURN_START)]
+    assert wire.completed_turn_prefix(log) == tuple(log[:2])
+    assert wire.completed_turn_prefix(log[:1]) is None
+    assert wire.completed_turn_prefix([]) is None
 
 
 def test_harness_10_splice_and_message_event_shapes() -> None:

@@ -30,7 +30,9 @@ Theory of operation
 4. Seeds: a session built from a seed (even an empty one) closes it with one
    ``session/end-seed`` unless the seed already ends with one; a session built without a seed
    gets no marker (HARNESS-20, DESC-11). The session constructor and the continuable creator's
-   staged seed both ask ``needs_end_seed``.
+   staged seed both ask ``needs_end_seed``. A fork seed is the parent's log through its last
+   ``turn/end``: an in-flight turn cannot be replayed, so it is excluded, and a log with no
+   completed turn gives no seed (CAP-8).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (
     END_SEED,
+    TURN_END,
     BaseSource,
     BaseSourceKind,
     CancelKind,
@@ -272,3 +275,11 @@ def needs_end_seed(seed: Sequence[SessionEvent] | None) -> bool:
     post: __return__ == (seed is not None and (len(seed) == 0 or seed[-1].type != END_SEED))
     """
     return seed is not None and (not seed or seed[-1].type != END_SEED)
+
+
+def completed_turn_prefix(events: Sequence[SessionEvent]) -> tuple[SessionEvent, ...] | None:
+    """Every event through the last ``turn/end``, or ``None`` when no turn completed (rule 4)."""
+    for index in range(len(events) - 1, -1, -1):
+        if events[index].type == TURN_END:
+            return tuple(events[: index + 1])
+    return None
