@@ -49,9 +49,9 @@ from dsh_subagent.adapters.continuation_support import (
     Barrier,
     ChildLocks,
     await_branches,
+    check_aborted,
     check_signal,
     quietly,
-    refuse_if_aborted,
     status_of,
 )
 from dsh_subagent.adapters.continuation_types import (
@@ -183,7 +183,7 @@ class ContinuationManager:
     async def start_continuable(self, spec: ContinuableStartSpec) -> ContinuableStart:
         """Create a continuable child; resolve once its prompt is accepted (CONT-1..CONT-12)."""
         checked = check_start_spec(spec, self._limits)
-        refuse_if_aborted(checked.signal, "spec.signal")
+        check_aborted(checked.signal, "spec.signal")
         started = await self._creator.start(checked)
         self._deliver_queued(started.child_id)  # still the acceptance's span (rule 3)
         return started
@@ -203,7 +203,7 @@ class ContinuationManager:
         if not isinstance(source, _SOURCES):
             raise invalid("source", "must be a MessageSource")
         self._identities.followup_authority(authority)
-        refuse_if_aborted(check_signal(signal), "signal")
+        check_aborted(check_signal(signal), "signal")
         queued = _Queued(content, source, authority, signal)
         queue = self._queued.setdefault(child_id, collections.deque())
         queue.append(queued)
@@ -218,8 +218,7 @@ class ContinuationManager:
     async def _route(self, child_id: SessionId, queued: _Queued) -> MessageId:
         """Routing passes under the held lock, until this follow-up is accepted (rule 3)."""
         while queued.outcome is None:
-            if queued.signal is not None:
-                queued.signal.throw_if_aborted()
+            check_aborted(queued.signal)
             routed = self._submit(child_id, queued)
             if routed is Routed.RESUME:
                 queued.outcome = await self._creator.cold_resume(
@@ -294,8 +293,7 @@ class ContinuationManager:
             raise invalid("delivery", "must be a ReportDelivery")
         if not hasattr(child, "session"):
             raise refuse_authority("the reporting child Agent", "child")
-        if check_signal(signal) is not None:
-            signal.throw_if_aborted()  # type: ignore[union-attr]
+        check_aborted(check_signal(signal))
         parent_id = child.session.header.parent_session
         parent = None if parent_id is None else self._agents.get(parent_id)
         frame = TextBlock(REPORT_FRAME.format(child_id=child.id))

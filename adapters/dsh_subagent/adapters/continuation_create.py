@@ -43,7 +43,7 @@ from dsh_subagent.adapters.continuation_engine import (
     new_release,
     release_lease,
 )
-from dsh_subagent.adapters.continuation_support import Barrier, ChildLocks, quietly
+from dsh_subagent.adapters.continuation_support import Barrier, ChildLocks, check_aborted, quietly
 from dsh_subagent.adapters.continuation_types import (
     ContinuableStart,
     ContinuableStartSpec,
@@ -207,7 +207,7 @@ class Creator:
         prepared = await provider.prepare_continuable(
             ContinuableCreateRequest(child_id, parent, signal)
         )
-        signal.throw_if_aborted()
+        check_aborted(signal)
         self._engine.dispatch(ChildPrepared(self._engine.event_id(), child_id))
         self._check_unused(child_id)
         prefix = prepared.seed
@@ -279,11 +279,11 @@ class Creator:
         try:
             record = await race_abort(persistence.inspect(child_id), signal)
         except Exception as exc:
-            signal.throw_if_aborted()
+            check_aborted(signal)
             raise SubagentError(
                 ErrorCode.NOT_RESUMABLE, f"child {child_id} is unavailable", cause=exc
             ) from exc
-        signal.throw_if_aborted()
+        check_aborted(signal)
         header = record.header
         core_authority = self._identities.followup_authority(authority)
         decision = authorize_followup(core_authority, header.parent_session)
@@ -340,7 +340,7 @@ class Creator:
         except SubagentError:
             raise
         except Exception as exc:
-            signal.throw_if_aborted()
+            check_aborted(signal)
             raise SubagentError(
                 ErrorCode.NOT_RESUMABLE, f"child {child_id} could not be resumed", cause=exc
             ) from exc
@@ -380,7 +380,7 @@ class Creator:
     ) -> None:
         """Create or resume the child, then publish it in one step (CONT-10)."""
         lineage = frozenset() if parent is None else self._identities.lineage(parent)
-        signal.throw_if_aborted()
+        check_aborted(signal)
         handle = await open_handle()
         agent = handle.agent
         parent_session = agent.session.header.parent_session
@@ -389,7 +389,7 @@ class Creator:
         )
         live.release_lease = self._leases.pop(child_id, None)
         self._engine.children[child_id] = live
-        signal.throw_if_aborted()
+        check_aborted(signal)
         child = self._identities.ref(agent)
         run_id = RunId(self._services.ids())
         status = AgentStatus(agent.status.value)
@@ -417,7 +417,7 @@ class Creator:
         A selected drain that opened the child's disposal before this delivery (e.g. from a
         ``subagent/start`` listener) leaves nothing to deliver to: the start fails
         ``ACTIVATION_CLOSING`` and the drain tears the child down (TEAR-13, ERR-7)."""
-        signal.throw_if_aborted()
+        check_aborted(signal)
         routed = self._engine.submit(
             child_id, content, source, lambda: self._identities.followup_authority(authority)
         )
