@@ -183,21 +183,21 @@ class Creator:
     async def _start_reserved(
         self, spec: ContinuableStartSpec, child_id: SessionId
     ) -> ContinuableStart:
-        parent = spec.parent
+        parent, intent = spec.parent, spec.intent
         persistence = self._services.require_persistence()
         self._check_unused(child_id)
         await self._grant(persistence, await persistence.reserve(child_id))
         parent_depth = delegation_depth_of(parent.session.header, parent.options)
-        depth = child_depth(parent_depth, spec.max_depth)
-        overrides = spec.agent_options or AgentOptions()
+        depth = child_depth(parent_depth, intent.max_depth)
+        overrides = intent.agent_options or AgentOptions()
         descriptor = snapshot_descriptor(
             mode=Mode.CONTINUABLE,
             provider=spec.provider,
             label=spec.label,
             agent_provider=overrides.provider or parent.options.provider,
             agent_model=overrides.model or parent.options.model,
-            persona=spec.persona,
-            tool_filter=spec.tool_filter,
+            persona=intent.persona,
+            tool_filter=intent.tool_filter,
         )
         assert isinstance(descriptor, ContinuableDescriptor)
         policy = self._capture_policy(parent)
@@ -224,15 +224,15 @@ class Creator:
                 agent_preset=header.agent_preset,
             ),
             seed=seed,
-            agent_options=child_agent_options(parent.options, spec.agent_options, depth),
+            agent_options=child_agent_options(parent.options, intent.agent_options, depth),
             signal=signal,
             setup=self._setup,
-            configure=self._configure_fresh(parent, policy, spec.persona, spec.tool_filter),
+            configure=self._configure_fresh(parent, policy, intent.persona, intent.tool_filter),
         )
         await self._materialize(
             child_id, parent, signal, lambda: self._agents.create(options), descriptor
         )
-        accepted = self._submit(child_id, spec.prompt, USER_SOURCE, ParentAgent(parent), signal)
+        accepted = self._submit(child_id, intent.prompt, USER_SOURCE, ParentAgent(parent), signal)
         return ContinuableStart(child_id, accepted)
 
     def _continuable_provider(self, name: str) -> ContinuableProvider:

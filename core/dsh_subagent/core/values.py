@@ -330,17 +330,38 @@ class ParentRef:
 
 
 @attrs.frozen
-class SubagentStartRequest:
-    """The shape of a one-shot start request (the signal is an adapter concern)."""
+class SubagentIntent:
+    """What a child is asked to do, the same for both kinds of start (ONE-1, CONT-1): the
+    prompt and the optional depth cap, tool filter, persona and agent options.
 
-    prompt: Content
-    parent: ParentRef
-    label: str | None = None
-    output_schema: JsonObject | None = None
+    ``prompt`` is content blocks, or a plain string for one text block.
+    """
+
+    prompt: Content = attrs.field(converter=as_content)
     max_depth: int | None = None
     tool_filter: ToolFilter | None = None
     persona: str | None = None
     agent_options: AgentOptions | None = None
+
+
+def as_intent(value: SubagentIntent | Content | str) -> SubagentIntent:
+    """A bare prompt as the intent that asks nothing else; an intent unchanged.
+
+    The starts accept either form; whatever else is given becomes the prompt, for
+    validation to judge.
+    """
+    return value if isinstance(value, SubagentIntent) else SubagentIntent(value)
+
+
+@attrs.frozen
+class SubagentStartRequest:
+    """A one-shot start request as the core sees it: the intent, the delegating parent, and
+    the one-shot's own label and output schema (the signal is an adapter concern)."""
+
+    intent: SubagentIntent = attrs.field(converter=as_intent)
+    parent: ParentRef
+    label: str | None = None
+    output_schema: JsonObject | None = None
 
 
 @attrs.frozen
