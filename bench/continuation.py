@@ -113,7 +113,7 @@ class Rig:
             provider="spawn",
             label="bench",
             parent=parent,
-            prompt=(TextBlock("work"),),
+            intent=(TextBlock("work"),),
             child_id=None if child_id is None else SessionId(child_id),
         )
         return (await self.manager.start_continuable(spec)).child_id

@@ -47,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "StopReason": "dsh_subagent.core.values",
     "SubagentCapabilities": "dsh_subagent.core.values",
     "SubagentError": "dsh_subagent.core.errors",
+    "SubagentIntent": "dsh_subagent.core.values",
     "SubagentResult": "dsh_subagent.core.values",
     "SubagentSettledSource": "dsh_subagent.core.values",
     "TextBlock": "dsh_subagent.core.values",
@@ -209,6 +210,7 @@ if TYPE_CHECKING:
     from dsh_subagent.core.values import SessionId as SessionId
     from dsh_subagent.core.values import StopReason as StopReason
     from dsh_subagent.core.values import SubagentCapabilities as SubagentCapabilities
+    from dsh_subagent.core.values import SubagentIntent as SubagentIntent
     from dsh_subagent.core.values import SubagentResult as SubagentResult
     from dsh_subagent.core.values import SubagentSettledSource as SubagentSettledSource
     from dsh_subagent.core.values import TextBlock as TextBlock

@@ -16,6 +16,7 @@ from dsh_subagent.adapters.reference.session import bind_persistence
 from dsh_subagent.core.values import Content, SessionId, TextBlock
 from tests.adapters.continuation_harness import FallbackModel
 from tests.adapters.service_world import FakeProvider, World
+from tests.flat_intent import evolve_flat
 
 Snapshot = tuple[object, ...]
 
@@ -58,8 +59,8 @@ class BadInputWorld:
 
     def spec(self, prompt: object = None, **fields: object) -> ContinuableStartSpec:
         content = (TextBlock("go"),) if prompt is None else prompt
-        values: dict[str, object] = {"provider": "spawn", "label": "worker", **fields}
-        return ContinuableStartSpec(parent=self.parent, prompt=content, **values)  # type: ignore[arg-type]
+        spec = ContinuableStartSpec("spawn", "worker", self.parent, content)  # type: ignore[arg-type]
+        return evolve_flat(spec, **fields)
 
     async def snapshot(self) -> Snapshot:
         store = tuple((s.id, s.seq) for s in self.world.store.list())

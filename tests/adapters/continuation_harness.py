@@ -37,6 +37,7 @@ from dsh_subagent.core.values import (
     JsonObject,
     SessionEvent,
     SessionId,
+    SubagentIntent,
     SubagentSettledSource,
     TextBlock,
     ToolFilter,
@@ -168,12 +169,14 @@ class Harness:
             provider=provider,
             label=label,
             parent=parent,
-            prompt=text(prompt),
+            intent=SubagentIntent(
+                text(prompt),
+                max_depth=max_depth,
+                tool_filter=tool_filter,
+                persona=persona,
+                agent_options=agent_options,
+            ),
             child_id=None if child_id is None else SessionId(child_id),
-            agent_options=agent_options,
-            max_depth=max_depth,
-            tool_filter=tool_filter,
-            persona=persona,
             signal=signal,
         )
 

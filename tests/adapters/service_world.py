@@ -36,8 +36,8 @@ from dsh_subagent.core.values import (
     SessionId,
     SubagentCapabilities,
     SubagentResult,
-    TextBlock,
 )
+from tests.flat_intent import evolve_flat
 
 DEPLOYMENT_PERSONA = "You are the deployment's assistant."
 
@@ -122,13 +122,10 @@ def ask(
     signal: AbortSignal | None = None,
     **fields: object,
 ) -> StartRequest:
-    """A start request from ``parent`` with a fresh signal unless one is given."""
-    return StartRequest(
-        (TextBlock(prompt),),
-        parent,
-        signal if signal is not None else AbortController().signal,
-        **fields,  # type: ignore[arg-type]
-    )
+    """A start request from ``parent`` with a fresh signal unless one is given; ``fields``
+    are flat (``max_depth=1``, ``label="x"``, ``evolve_flat``)."""
+    signal = signal if signal is not None else AbortController().signal
+    return evolve_flat(StartRequest(prompt, parent, signal), **fields)
 
 
 ALL = SubagentCapabilities(True, True, True, True)

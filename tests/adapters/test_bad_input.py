@@ -11,7 +11,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-import attrs
 import pytest
 
 from dsh_subagent.adapters.continuation_types import ParentAgent
@@ -30,6 +29,7 @@ from dsh_subagent.core.values import (
 )
 from tests.adapters.bad_input_world import BadInputWorld, text
 from tests.adapters.service_world import FakeProvider, World, ask
+from tests.flat_intent import evolve_flat
 
 Scenario = Callable[[BadInputWorld], Awaitable[object]]
 
@@ -96,7 +96,7 @@ async def followup(world: BadInputWorld, content: object, child: str = "cold") -
 
 async def start(world: BadInputWorld, prompt: object = None, **fields: object) -> object:
     changes = fields if prompt is None else {**fields, "prompt": prompt}
-    request = attrs.evolve(ask(world.parent), **changes)  # type: ignore[arg-type]
+    request = evolve_flat(ask(world.parent), **changes)
     return await world.service.start("fake", request)
 
 

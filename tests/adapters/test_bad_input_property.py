@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,6 +27,7 @@ from dsh_subagent.core.values import (
 )
 from tests.adapters.bad_input_world import BadInputWorld
 from tests.adapters.service_world import ask
+from tests.flat_intent import evolve_flat
 
 Call = Callable[[BadInputWorld], Awaitable[object]]
 
@@ -151,7 +151,7 @@ def _start(field: tuple[str, object]) -> Call:
     name, value = field
 
     async def call(world: BadInputWorld) -> object:
-        request = attrs.evolve(ask(world.parent), **{name: value})  # type: ignore[arg-type]
+        request = evolve_flat(ask(world.parent), **{name: value})
         return await world.service.start("fake", request)
 
     return call
@@ -161,7 +161,7 @@ def _start_continuable(field: tuple[str, object]) -> Call:
     name, value = field
 
     async def call(world: BadInputWorld) -> object:
-        spec = attrs.evolve(world.spec(child_id="c"), **{name: value})  # type: ignore[arg-type]
+        spec = evolve_flat(world.spec(child_id="c"), **{name: value})
         return await world.service.start_continuable(spec)
 
     return call

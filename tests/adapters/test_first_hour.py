@@ -256,7 +256,7 @@ def test_issue20_a_string_is_one_text_block_in_every_content_position() -> None:
             async with run:
                 assert (await run.result).text == "one-shot ok"
             spec = ContinuableStartSpec("spawn", "helper", parent, "survey")
-            assert spec.prompt == (TextBlock("survey"),)
+            assert spec.intent.prompt == (TextBlock("survey"),)
             child = await harness.service.start_continuable(spec)
             await gate.reached()
             child_agent = harness.registry.get(child.child_id)

@@ -619,7 +619,7 @@ def test_depth_8_the_service_checks_only_the_domain_the_provider_enforces_the_ca
         world.service.register_provider(lenient)
         top = await world.parent()
         await world.service.start("lenient", ask(top, max_depth=0))
-        assert lenient.requests[0].request.max_depth == 0
+        assert lenient.requests[0].request.intent.max_depth == 0
 
     run(main)
 

@@ -41,6 +41,7 @@ from dsh_subagent.core.values import (
     ToolFilter,
 )
 from tests.adapters.service_world import FakeProvider, FakeRun, World, ask, run
+from tests.flat_intent import evolve_flat
 
 
 def names_of(events: Sequence[tuple[str, object]]) -> list[str]:
@@ -255,7 +256,7 @@ def test_cap_1_cap_2_first_unsupported_capability_in_order_and_provider_never_ca
                 "toolFilter": "tool_filter",
                 "persona": "persona",
             }[expected]
-            request = attrs.evolve(request, **{field: None})  # type: ignore[arg-type]
+            request = evolve_flat(request, **{field: None})
         assert bare.requests == []
         assert world.names() == []
 

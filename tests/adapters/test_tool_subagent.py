@@ -442,9 +442,10 @@ def test_tool_18_the_request_carries_only_configured_policy() -> None:
         await until(lambda: fake.runs)
         request = fake.requests[0].request
         assert request.label == "scoped job"
-        assert [block.text for block in request.prompt] == ["child task"]  # type: ignore[union-attr]
-        assert (request.max_depth, request.persona, request.agent_options) == (3, "terse", options)
-        assert request.tool_filter == ToolFilter(deny=("task_list",))
+        intent = request.intent
+        assert [block.text for block in intent.prompt] == ["child task"]  # type: ignore[union-attr]
+        assert (intent.max_depth, intent.persona, intent.agent_options) == (3, "terse", options)
+        assert intent.tool_filter == ToolFilter(deny=("task_list",))
         assert request.output_schema is None
         assert request.parent.session_id == "parent"
         fake.runs[0].result.set_result(result(KnownStop.COMPLETED))
@@ -453,7 +454,7 @@ def test_tool_18_the_request_carries_only_configured_policy() -> None:
         parent = await managed.parent()
         pending = asyncio.ensure_future(call(parent, "subagent", ARGS))
         await until(lambda: managed_fake.runs)
-        assert managed_fake.requests[0].request.max_depth is None
+        assert managed_fake.requests[0].request.intent.max_depth is None
         managed_fake.runs[0].result.set_result(result(KnownStop.COMPLETED))
         await pending
 
@@ -795,7 +796,7 @@ def test_tool_45_each_instance_fixes_its_own_child_policy() -> None:
             await until(lambda: len(fake.runs) > before)  # noqa: B023
             fake.runs[-1].result.set_result(result(KnownStop.COMPLETED))
             await pending
-        assert [(r.request.persona, r.request.max_depth) for r in fake.requests] == [
+        assert [(r.request.intent.persona, r.request.intent.max_depth) for r in fake.requests] == [
             ("terse", 3),
             ("chatty", 5),
         ]

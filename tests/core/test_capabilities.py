@@ -29,6 +29,7 @@ from dsh_subagent.core.values import (
     TextBlock,
     ToolFilter,
 )
+from tests.flat_intent import evolve_flat
 
 ALL = SubagentCapabilities(output_schema=True, depth_limit=True, tool_filter=True, persona=True)
 NONE = SubagentCapabilities()
@@ -36,10 +37,9 @@ SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}}
 
 
 def request(**changes: Any) -> SubagentStartRequest:
-    base = SubagentStartRequest(
-        prompt=(TextBlock("do the thing"),), parent=ParentRef(SessionId("parent"))
-    )
-    return attrs.evolve(base, **changes)
+    """A valid request with ``changes`` (intent fields go to its intent)."""
+    base = SubagentStartRequest((TextBlock("do the thing"),), ParentRef(SessionId("parent")))
+    return evolve_flat(base, **changes)
 
 
 def full_request() -> SubagentStartRequest:
@@ -127,7 +127,7 @@ def test_cap_6_continuable_validation_ignores_the_capability_flags() -> None:
 def test_one_2_validation_order_depth_then_schema_then_fields() -> None:
     bad = request(max_depth=-1, output_schema={"type": "array"}, label="")
     assert refusal(validate_start_request, bad).field == "request.max_depth"
-    bad = attrs.evolve(bad, max_depth=None)
+    bad = evolve_flat(bad, max_depth=None)
     assert refusal(validate_start_request, bad).field == "request.output_schema.type"
     bad = attrs.evolve(bad, output_schema=None)
     assert refusal(validate_start_request, bad).field == "request.label"
@@ -153,7 +153,7 @@ def test_one_2_output_schema_must_be_an_object_rooted_json_object(
     ("changes", "field"),
     [
         ({"prompt": ()}, "request.prompt"),
-        ({"prompt": "text"}, "request.prompt"),
+        ({"prompt": 5}, "request.prompt"),
         ({"prompt": (TextBlock("  "),)}, "request.prompt"),
         ({"prompt": ("raw",)}, "request.prompt[0]"),
         ({"prompt": (TextBlock("a"), DataBlock({1: 2}))}, "request.prompt[1].value"),  # type: ignore[dict-item]

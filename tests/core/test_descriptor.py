@@ -358,11 +358,9 @@ def test_desc_14_listing_takes_the_last_descriptor_resume_the_first() -> None:
 
 
 def test_one_3_one_shot_descriptor_is_lookup_name_plus_request_label() -> None:
-    request = SubagentStartRequest(prompt=(TextBlock("x"),), parent=ParentRef(SessionId("p")))
+    request = SubagentStartRequest((TextBlock("x"),), ParentRef(SessionId("p")))
     assert one_shot_descriptor("spawn", request) == OneShotDescriptor("spawn")
-    labelled = SubagentStartRequest(
-        prompt=(TextBlock("x"),), parent=ParentRef(SessionId("p")), label="fix it"
-    )
+    labelled = SubagentStartRequest((TextBlock("x"),), ParentRef(SessionId("p")), label="fix it")
     assert descriptor_to_payload(one_shot_descriptor("spawn", labelled)) == {
         "version": 2,
         "mode": "one-shot",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from dsh_subagent.core.capabilities import validate_agent_options, validate_intent
@@ -15,7 +16,7 @@ from dsh_subagent.core.limits import (
     check_label,
     check_schema_value,
 )
-from dsh_subagent.core.values import DataBlock, TextBlock, ToolFilter
+from dsh_subagent.core.values import DataBlock, SubagentIntent, TextBlock, ToolFilter
 
 
 def _field(call: object, *args: object, **kwargs: object) -> str | None:
@@ -137,20 +138,14 @@ def test_err_18_agent_options_must_be_agent_options() -> None:
 
 
 def test_err_18_one_intent_check_for_both_starts() -> None:
-    fields: dict[str, object] = {
-        "prompt": (TextBlock("go"),),
-        "label": None,
-        "tool_filter": None,
-        "persona": None,
-        "agent_options": None,
-    }
-    validate_intent(prefix="spec", limits=DEFAULT_LIMITS, **fields)
+    intent = SubagentIntent((TextBlock("go"),))
+    validate_intent(intent, "spec", DEFAULT_LIMITS)
     for name, value, field in [
         ("prompt", (TextBlock(""),), "spec.prompt"),
-        ("label", "a\nb", "spec.label"),
         ("tool_filter", ToolFilter(allow=("",)), "spec.tool_filter.allow[0]"),
         ("persona", 5, "spec.persona"),
         ("agent_options", "fast", "spec.agent_options"),
     ]:
-        bad = {**fields, name: value}
-        assert _field(validate_intent, prefix="spec", limits=DEFAULT_LIMITS, **bad) == field
+        bad = attrs.evolve(intent, **{name: value})  # type: ignore[arg-type]
+        assert _field(validate_intent, bad, "spec", DEFAULT_LIMITS) == field
+    assert _field(validate_intent, intent, "spec", DEFAULT_LIMITS, label="a\nb") == "spec.label"

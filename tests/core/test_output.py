@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.output import (
+    DIAGNOSTIC_LIMIT,
+    TRUNCATION_SUFFIX,
     AssistantOutputFold,
     Captured,
     ConsumedWork,
@@ -17,6 +19,7 @@ from dsh_subagent.core.output import (
     final_assistant_output,
     fold_consumed_work,
     last_assistant_message,
+    limit_diagnostic,
     one_shot_result,
     one_shot_stop_reason,
     select_output,
@@ -351,3 +354,15 @@ def test_one_19_job_outcome_maps_the_stop_reason() -> None:
     assert dispose_failed(JobOutcome(JobStatus.COMPLETED, "ab"), "E: gone") == JobOutcome(
         JobStatus.FAILED, detail="dispose failed: E: gone"
     )
+
+
+# --------------------------------------------------------------------------- diagnostics
+
+
+def test_one_15_diagnostic_is_bounded_on_a_character_boundary() -> None:
+    fits = "a" * DIAGNOSTIC_LIMIT
+    assert limit_diagnostic(fits) == fits
+    cut = limit_diagnostic("€" * DIAGNOSTIC_LIMIT)
+    assert cut.endswith(TRUNCATION_SUFFIX)
+    assert len(cut.encode("utf-8")) <= DIAGNOSTIC_LIMIT
+    assert set(cut.removesuffix(TRUNCATION_SUFFIX)) == {"€"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,6 +14,9 @@ from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import check_json, require_int, require_str
 from dsh_subagent.core.values import (
+    END_SEED,
+    TURN_END,
+    TURN_START,
     BaseSource,
     BaseSourceKind,
     CancelKind,
@@ -23,8 +27,12 @@ from dsh_subagent.core.values import (
     MessageId,
     Mode,
     OneShotDescriptor,
+    Origin,
     OtherStop,
+    SessionEvent,
+    SessionHeader,
     SessionId,
+    SessionMeta,
     SubagentReportSource,
     SubagentSettledSource,
     TextBlock,
@@ -32,6 +40,7 @@ from dsh_subagent.core.values import (
     UserMessage,
     bound_summary,
     is_success,
+    new_header,
     stop_reason_text,
     text_of,
 )
@@ -110,6 +119,21 @@ def test_descriptor_modes_and_text_of() -> None:
     assert OneShotDescriptor("spawn").mode is Mode.ONE_SHOT
     assert ContinuableDescriptor("spawn", "label").mode is Mode.CONTINUABLE
     assert text_of((TextBlock("a"), DataBlock({"k": 1}), TextBlock("b"))) == "ab"
+
+
+def test_harness_21_new_header_takes_the_creators_fields_and_stamps_the_time() -> None:
+    meta = SessionMeta(cwd="/w", parent_session=SessionId("p"), seed_length=1, delegation_depth=2)
+    header = new_header(CHILD, meta, 42.0)
+    assert header == SessionHeader(
+        CHILD, 42.0, cwd="/w", parent_session=SessionId("p"), seed_length=1, delegation_depth=2
+    )
+    chosen = SessionMeta(origin=Origin.SUBAGENT, agent_preset="coder", created_at=7.0)
+    assert new_header(CHILD, chosen, 42.0) == SessionHeader(
+        CHILD, 7.0, origin=Origin.SUBAGENT, agent_preset="coder"
+    )
+    # A header is a creator's choice plus the id: re-issuing one keeps every chosen field.
+    other = SessionId("other")
+    assert new_header(other, header, 1.0) == attrs.evolve(header, id=other)
 
 
 # --------------------------------------------------------------------------- lossless JSON
@@ -232,6 +256,24 @@ def test_harness_22_turn_end_shapes() -> None:
     for bad in ({"reason": "weird"}, None, [1]):
         with pytest.raises(SubagentError):
             wire.turn_end_reason(bad)
+
+
+def test_harness_20_desc_11_a_seed_is_closed_by_one_end_seed_marker() -> None:
+    note = SessionEvent("note", 0, 0.0)
+    assert not wire.needs_end_seed(None)
+    assert wire.needs_end_seed(())
+    assert wire.needs_end_seed([note])
+    assert not wire.needs_end_seed([note, SessionEvent(END_SEED, 1, 0.0)])
+
+
+def test_cap_8_seed_ends_at_the_last_completed_turn() -> None:
+    def event(seq: int, kind: str) -> SessionEvent:
+        return SessionEvent(kind, seq, 0.0, {"turn": 1})
+
+    log = [event(0, TURN_START), event(1, TURN_END), event(2, TURN_START)]
+    assert wire.completed_turn_prefix(log) == tuple(log[:2])
+    assert wire.completed_turn_prefix(log[:1]) is None
+    assert wire.completed_turn_prefix([]) is None
 
 
 def test_harness_10_splice_and_message_event_shapes() -> None:

@@ -53,9 +53,9 @@ from dsh_subagent.adapters.continuation_support import (
     Barrier,
     ChildLocks,
     await_branches,
+    check_aborted,
     check_signal,
     quietly,
-    refuse_if_aborted,
     status_of,
 )
 from dsh_subagent.adapters.continuation_types import (
@@ -199,7 +199,7 @@ class ContinuationManager:
     async def start_continuable(self, spec: ContinuableStartSpec) -> ContinuableStart:
         """Create a continuable child; resolve once its prompt is accepted (CONT-1..CONT-12)."""
         checked = check_start_spec(spec, self._limits)
-        refuse_if_aborted(checked.signal, "spec.signal")
+        check_aborted(checked.signal, "spec.signal")
         started = await self._creator.start(checked)
         self._deliver_queued(started.child_id)  # still the acceptance's span (rule 3)
         return started
@@ -219,7 +219,7 @@ class ContinuationManager:
         if not isinstance(source, _SOURCES):
             raise invalid("source", "must be a MessageSource")
         self._identities.followup_authority(authority)
-        refuse_if_aborted(check_signal(signal), "signal")
+        check_aborted(check_signal(signal), "signal")
         queued = _Queued(content, source, authority, signal)
         queue = self._queued.setdefault(child_id, collections.deque())
         queue.append(queued)
@@ -235,16 +235,14 @@ class ContinuationManager:
     async def _route(self, child_id: SessionId, queued: _Queued) -> MessageId:
         """Routing passes under the held lock, until this follow-up is accepted (rule 3)."""
         while queued.outcome is None:
-            if queued.signal is not None:
-                queued.signal.throw_if_aborted()
+            check_aborted(queued.signal)
             routed = self._submit(child_id, queued)
             if routed is Routed.RESUME:
                 resumed = await self._creator.cold_resume(
                     child_id, queued.content, queued.source, queued.authority, queued.signal
                 )
                 if isinstance(resumed, PostToMailbox):  # held elsewhere (DUR-20)
-                    if queued.signal is not None:
-                        queued.signal.throw_if_aborted()
+                    check_aborted(queued.signal)
                     resumed = await self._mailbox.post(
                         child_id, resumed.message_id, queued.content, queued.source
                     )
@@ -318,8 +316,7 @@ class ContinuationManager:
             raise invalid("delivery", "must be a ReportDelivery")
         if not hasattr(child, "session"):
             raise refuse_authority("the reporting child Agent", "child")
-        if check_signal(signal) is not None:
-            signal.throw_if_aborted()  # type: ignore[union-attr]
+        check_aborted(check_signal(signal))
         parent_id = child.session.header.parent_session
         parent = None if parent_id is None else self._agents.get(parent_id)
         frame = TextBlock(REPORT_FRAME.format(child_id=child.id))

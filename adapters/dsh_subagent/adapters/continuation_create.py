@@ -47,7 +47,7 @@ from dsh_subagent.adapters.continuation_engine import (
     release_lease,
 )
 from dsh_subagent.adapters.continuation_mailbox import Mailbox
-from dsh_subagent.adapters.continuation_support import Barrier, ChildLocks, quietly
+from dsh_subagent.adapters.continuation_support import Barrier, ChildLocks, check_aborted, quietly
 from dsh_subagent.adapters.continuation_types import (
     ContinuableStart,
     ContinuableStartSpec,
@@ -122,6 +122,7 @@ from dsh_subagent.core.values import (
     SessionId,
     ToolFilter,
 )
+from dsh_subagent.core.wire import needs_end_seed
 
 
 @attrs.frozen(eq=False)
@@ -190,21 +191,21 @@ class Creator:
     async def _start_reserved(
         self, spec: ContinuableStartSpec, child_id: SessionId
     ) -> ContinuableStart:
-        parent = spec.parent
+        parent, intent = spec.parent, spec.intent
         persistence = self._services.require_persistence()
         self._check_unused(child_id)
         await self._grant(persistence, await persistence.reserve(child_id))
         parent_depth = delegation_depth_of(parent.session.header, parent.options)
-        depth = child_depth(parent_depth, spec.max_depth)
-        overrides = spec.agent_options or AgentOptions()
+        depth = child_depth(parent_depth, intent.max_depth)
+        overrides = intent.agent_options or AgentOptions()
         descriptor = snapshot_descriptor(
             mode=Mode.CONTINUABLE,
             provider=spec.provider,
             label=spec.label,
             agent_provider=overrides.provider or parent.options.provider,
             agent_model=overrides.model or parent.options.model,
-            persona=spec.persona,
-            tool_filter=spec.tool_filter,
+            persona=intent.persona,
+            tool_filter=intent.tool_filter,
         )
         assert isinstance(descriptor, ContinuableDescriptor)
         policy = self._capture_policy(parent)
@@ -214,7 +215,7 @@ class Creator:
         prepared = await provider.prepare_continuable(
             ContinuableCreateRequest(child_id, parent, signal)
         )
-        signal.throw_if_aborted()
+        check_aborted(signal)
         self._engine.dispatch(ChildPrepared(self._engine.event_id(), child_id))
         self._check_unused(child_id)
         prefix = prepared.seed
@@ -231,15 +232,15 @@ class Creator:
                 agent_preset=header.agent_preset,
             ),
             seed=seed,
-            agent_options=child_agent_options(parent.options, spec.agent_options, depth),
+            agent_options=child_agent_options(parent.options, intent.agent_options, depth),
             signal=signal,
             setup=self._setup,
-            configure=self._configure_fresh(parent, policy, spec.persona, spec.tool_filter),
+            configure=self._configure_fresh(parent, policy, intent.persona, intent.tool_filter),
         )
         await self._materialize(
             child_id, parent, signal, lambda: self._agents.create(options), descriptor
         )
-        accepted = self._submit(child_id, spec.prompt, USER_SOURCE, ParentAgent(parent), signal)
+        accepted = self._submit(child_id, intent.prompt, USER_SOURCE, ParentAgent(parent), signal)
         return ContinuableStart(child_id, accepted)
 
     def _continuable_provider(self, name: str) -> ContinuableProvider:
@@ -289,11 +290,11 @@ class Creator:
         try:
             record = await race_abort(persistence.inspect(child_id), signal)
         except Exception as exc:
-            signal.throw_if_aborted()
+            check_aborted(signal)
             raise SubagentError(
                 ErrorCode.NOT_RESUMABLE, f"child {child_id} is unavailable", cause=exc
             ) from exc
-        signal.throw_if_aborted()
+        check_aborted(signal)
         header = record.header
         core_authority = self._identities.followup_authority(authority)
         decision = authorize_followup(core_authority, header.parent_session)
@@ -364,7 +365,7 @@ class Creator:
         except SubagentError:
             raise
         except Exception as exc:
-            signal.throw_if_aborted()
+            check_aborted(signal)
             raise SubagentError(
                 ErrorCode.NOT_RESUMABLE, f"child {child_id} could not be resumed", cause=exc
             ) from exc
@@ -411,7 +412,7 @@ class Creator:
     ) -> None:
         """Create or resume the child, then publish it in one step (CONT-10)."""
         lineage = EMPTY_LINEAGE if parent is None else self._identities.lineage(parent)
-        signal.throw_if_aborted()
+        check_aborted(signal)
         handle = await open_handle()
         agent = handle.agent
         parent_session = agent.session.header.parent_session
@@ -420,7 +421,7 @@ class Creator:
         )
         live.release_lease = self._leases.pop(child_id, None)
         self._engine.children[child_id] = live
-        signal.throw_if_aborted()
+        check_aborted(signal)
         child = self._identities.ref(agent)
         run_id = RunId(self._services.ids())
         status = AgentStatus(agent.status.value)
@@ -450,7 +451,7 @@ class Creator:
         A selected drain that opened the child's disposal before this delivery (e.g. from a
         ``subagent/start`` listener) leaves nothing to deliver to: the start fails
         ``ACTIVATION_CLOSING`` and the drain tears the child down (TEAR-13, ERR-7)."""
-        signal.throw_if_aborted()
+        check_aborted(signal)
         routed = self._engine.submit(
             child_id, content, source, lambda: self._identities.followup_authority(authority)
         )
@@ -492,10 +493,10 @@ class Creator:
 def _seed_with_descriptor(
     prefix: Sequence[SessionEvent] | None, descriptor: JsonValue, now: float
 ) -> tuple[SessionEvent, ...]:
-    """The child's seed: the provider's prefix closed by its end-seed marker (HARNESS-21),
+    """The child's seed: the provider's prefix closed by its end-seed marker (DESC-11),
     then the descriptor as the child's first own event (DESC-12)."""
     seed = list(prefix or ())
-    if prefix is not None and (not seed or seed[-1].type != END_SEED):
+    if needs_end_seed(prefix):
         seed.append(SessionEvent(END_SEED, len(seed), now, {}))
     seed.append(SessionEvent(DESCRIPTOR_EVENT, len(seed), now, descriptor))
     return tuple(seed)

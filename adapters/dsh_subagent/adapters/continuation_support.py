@@ -10,8 +10,10 @@ Theory of operation
    TEAR-13).
 3. ``await_branches`` awaits every branch's release even when some fail, then raises one
    aggregate ``ACTIVATION_TEARDOWN_FAILED`` naming the count and the subject (TEAR-12).
-4. ``refuse_if_aborted``: a start or follow-up whose signal is aborted on entry is refused
-   with ``CANCELLED`` naming the field, like a one-shot start, before anything happens.
+4. ``check_aborted`` is the one check of a caller's signal: aborted on entry (the call names
+   the field) is ``CANCELLED``, like a one-shot start, before anything happens; aborted later,
+   before acceptance, raises the signal's own reason (CONT-20 deviates from the one-shot
+   start by design).
 """
 
 from __future__ import annotations
@@ -114,28 +116,28 @@ def check_signal(signal: object) -> AbortSignal | None:
     return signal
 
 
-def refuse_if_aborted(signal: AbortSignal | None, field: str) -> None:
-    """An already-aborted signal at entry is ``CANCELLED``, as for a one-shot start (rule 4).
-
-    Checked before any side effect; an abort that lands later, before acceptance, still
-    rejects with the signal's own reason (CONT-20).
-    """
-    if signal is not None and signal.aborted:
-        reason = signal.reason
-        raise SubagentError(
-            ErrorCode.CANCELLED,
-            "the call's signal was already aborted",
-            field=field,
-            cause=reason if isinstance(reason, BaseException) else None,
-        )
+def check_aborted(signal: AbortSignal | None, entry_field: str | None = None) -> None:
+    """Raise if ``signal`` is aborted (rule 4): ``CANCELLED`` naming ``entry_field`` on entry,
+    the signal's own reason (``throw_if_aborted``) at any later check (CONT-20)."""
+    if signal is None or not signal.aborted:
+        return
+    if entry_field is None:
+        signal.throw_if_aborted()  # aborted: raises the reason itself
+    reason = signal.reason
+    raise SubagentError(
+        ErrorCode.CANCELLED,
+        "the call's signal was already aborted",
+        field=entry_field,
+        cause=reason if isinstance(reason, BaseException) else None,
+    )
 
 
 __all__ = [
     "Barrier",
     "ChildLocks",
     "await_branches",
+    "check_aborted",
     "check_signal",
     "quietly",
-    "refuse_if_aborted",
     "status_of",
 ]

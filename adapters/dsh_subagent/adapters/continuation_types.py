@@ -3,10 +3,11 @@
 Theory of operation
 -------------------
 1. ``ContinuableStartSpec`` is CONT-1's input: a provider name, the durable label, the live
-   parent agent, the prompt and the optional reserved id, agent options, depth cap, tool
-   filter and persona. ``check_start_spec`` validates every field before any side effect
-   with the core validators a one-shot start uses (``validate_intent``, ``core.limits``)
-   and names the offending field (``INVALID_ARGUMENT``).
+   parent agent, the core ``SubagentIntent`` a one-shot start carries too (prompt, depth cap,
+   tool filter, persona, agent options) and the optional reserved id. ``check_start_spec``
+   validates every field before any side effect with the core validators a one-shot start
+   uses (``validate_intent``, ``core.limits``) and names the offending field
+   (``INVALID_ARGUMENT``, ``spec.prompt``: the caller's flat view of the intent's fields).
 2. Authorities are adapter objects holding live agents; ``Identities`` turns them into the
    core's token values: an ``AgentRef`` per agent object (a token minted once per object,
    held weakly) and a ``Presented`` pairing it with the token the registry holds now under
@@ -40,7 +41,7 @@ from typing import Final
 
 import attrs
 
-from dsh_subagent.adapters.frozen_json import freeze_content
+from dsh_subagent.adapters.frozen_json import frozen_intent
 from dsh_subagent.adapters.protocols import Agent, AgentRegistry
 from dsh_subagent.adapters.signals import AbortSignal
 from dsh_subagent.core.authority import (
@@ -58,14 +59,7 @@ from dsh_subagent.core.depth import validate_max_depth
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_str
 from dsh_subagent.core.limits import DEFAULT_LIMITS, Limits, check_child_id, check_label
-from dsh_subagent.core.values import (
-    AgentOptions,
-    Content,
-    MessageId,
-    SessionId,
-    ToolFilter,
-    as_content,
-)
+from dsh_subagent.core.values import MessageId, SessionId, SubagentIntent, as_intent
 
 _GRANT_KEY: Final = object()
 
@@ -83,18 +77,15 @@ def refuse_authority(expected: str, field: str = "authority") -> SubagentError:
 class ContinuableStartSpec:
     """``start_continuable`` input (CONT-1); the prompt is submitted with source ``user``.
 
-    ``prompt`` is content blocks, or a plain string for one text block.
+    ``intent`` is a ``SubagentIntent``, or a bare prompt (content blocks or a plain string)
+    for an intent that asks nothing else.
     """
 
     provider: str
     label: str
     parent: Agent = attrs.field(eq=False)
-    prompt: Content = attrs.field(converter=as_content)
+    intent: SubagentIntent = attrs.field(converter=as_intent)
     child_id: SessionId | None = None
-    agent_options: AgentOptions | None = None
-    max_depth: int | None = None
-    tool_filter: ToolFilter | None = None
-    persona: str | None = None
     signal: AbortSignal | None = attrs.field(default=None, eq=False)
 
 
@@ -156,19 +147,11 @@ def check_start_spec(spec: object, limits: Limits = DEFAULT_LIMITS) -> Continuab
         raise invalid("spec.parent", "must be the live parent Agent")
     if spec.child_id is not None:
         check_child_id(spec.child_id, "spec.child_id", limits)
-    validate_max_depth(spec.max_depth, "spec.max_depth")
-    validate_intent(
-        prefix="spec",
-        prompt=spec.prompt,
-        label=None,  # required, checked above
-        tool_filter=spec.tool_filter,
-        persona=spec.persona,
-        agent_options=spec.agent_options,
-        limits=limits,
-    )
+    validate_max_depth(spec.intent.max_depth, "spec.max_depth")
+    validate_intent(spec.intent, "spec", limits)
     if spec.signal is not None and not isinstance(spec.signal, AbortSignal):
         raise invalid("spec.signal", "must be an AbortSignal")
-    return attrs.evolve(spec, prompt=freeze_content(tuple(spec.prompt)))
+    return attrs.evolve(spec, intent=frozen_intent(spec.intent))
 
 
 class Identities:

@@ -16,7 +16,8 @@ Theory of operation
 4. The empty object is one shared certified instance (immutable, so sharing is safe).
 5. ``freeze_json`` is iterative (an explicit stack of open containers): any depth is frozen
    without recursion. ``freeze_content`` freezes the data blocks of content the boundary
-   validated (``core.limits.check_content``), so a caller's later mutation changes nothing.
+   validated (``core.limits.check_content``), so a caller's later mutation changes nothing;
+   ``frozen_intent`` does so for a start's prompt.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Final
 
+import attrs
+
 from dsh_subagent.core.jsonvalue import check_json
-from dsh_subagent.core.values import Content, DataBlock, JsonValue
+from dsh_subagent.core.values import Content, DataBlock, JsonValue, SubagentIntent
 
 
 class FrozenList(list[JsonValue]):
@@ -173,6 +176,11 @@ def freeze_content(content: Content) -> Content:
     )
 
 
+def frozen_intent(intent: SubagentIntent) -> SubagentIntent:
+    """A validated start intent with its prompt frozen and detached (``freeze_content``)."""
+    return attrs.evolve(intent, prompt=freeze_content(tuple(intent.prompt)))
+
+
 def is_certified(value: object) -> bool:
     """Whether ``value`` needs no freezing: a scalar, or a container the freezer built."""
     return type(value) is _CheckedDict or type(value) is _CheckedList or value is None
@@ -184,6 +192,7 @@ __all__ = [
     "FrozenList",
     "freeze_checked",
     "freeze_content",
+    "frozen_intent",
     "freeze_json",
     "is_certified",
 ]

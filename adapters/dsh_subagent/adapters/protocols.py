@@ -36,7 +36,6 @@ from dsh_subagent.core.values import (
     JsonValue,
     MessageId,
     MessageSource,
-    Origin,
     SessionEvent,
     SessionHeader,
     SessionId,
@@ -45,6 +44,7 @@ from dsh_subagent.core.values import (
 )
 from dsh_subagent.core.values import CancelCause as CancelCause  # noqa: PLC0414 (re-export)
 from dsh_subagent.core.values import InboxTarget as InboxTarget  # noqa: PLC0414 (re-export)
+from dsh_subagent.core.values import SessionMeta as SessionMeta  # noqa: PLC0414 (re-export)
 
 T = TypeVar("T")
 PromptLine = tuple[str, int, str]
@@ -125,20 +125,6 @@ class Tool:
     handler: ToolHandler = attrs.field(eq=False)
     schema: JsonObject = attrs.field(factory=lambda: {"type": "object"})
     description: str = ""
-
-
-@attrs.frozen
-class SessionMeta:
-    """The header fields a creator chooses for a new session (HARNESS-21); the store adds
-    the id, the version and, when ``created_at`` is ``None``, the time."""
-
-    cwd: str | None = None
-    parent_session: SessionId | None = None
-    seed_length: int | None = None
-    origin: Origin | None = None
-    delegation_depth: int | None = None
-    agent_preset: str | None = None
-    created_at: float | None = None
 
 
 @attrs.frozen

@@ -67,7 +67,7 @@ from dsh_subagent.adapters.continuation_types import (
     UserGrant,
     UserInterruptAuthority,
 )
-from dsh_subagent.adapters.frozen_json import freeze_content
+from dsh_subagent.adapters.frozen_json import frozen_intent
 from dsh_subagent.adapters.projections import (
     SessionProjectionRegistry,
     register_subagent_projections,
@@ -175,14 +175,10 @@ def resolve_start_request(
     parent = _check_parent(request.parent)
     header = parent.session.header
     core = SubagentStartRequest(
-        prompt=request.prompt,
-        parent=ParentRef(parent.id, header.cwd, 0, parent.options),
-        label=request.label,
-        output_schema=request.output_schema,
-        max_depth=request.max_depth,
-        tool_filter=request.tool_filter,
-        persona=request.persona,
-        agent_options=request.agent_options,
+        request.intent,
+        ParentRef(parent.id, header.cwd, 0, parent.options),
+        request.label,
+        request.output_schema,
     )
     admit_start_request(
         core,
@@ -193,7 +189,7 @@ def resolve_start_request(
     depth = delegation_depth_of(header, parent.options)
     core = attrs.evolve(
         core,
-        prompt=freeze_content(tuple(core.prompt)),
+        intent=frozen_intent(core.intent),
         parent=attrs.evolve(core.parent, delegation_depth=depth),
     )
     descriptor = one_shot_descriptor(name, core)

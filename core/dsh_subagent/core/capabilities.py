@@ -20,6 +20,9 @@ Theory of operation
 7. The continuable capability is the presence of a preparation method, passed in as a flag;
    its absence is ``UNSUPPORTED_CAPABILITY`` (CAP-5). Continuable starts never consult the
    four flags (CAP-6): they call the same field validators (``validate_intent``) only.
+8. Both kinds of start carry one ``SubagentIntent`` (prompt, depth cap, tool filter, persona,
+   agent options); the one-shot adds its optional label and output schema, the continuable
+   start its provider, required label and reserved id.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from dsh_subagent.core.values import (
     Content,
     JsonObject,
     SubagentCapabilities,
+    SubagentIntent,
     SubagentStartRequest,
     ToolFilter,
 )
@@ -57,11 +61,12 @@ def first_missing_capability(
 
     post: __return__ is None or __return__ in CAPABILITY_ORDER
     """
+    intent = request.intent
     requested = (
         (request.output_schema is not None, caps.output_schema),
-        (request.max_depth is not None, caps.depth_limit),
-        (request.tool_filter is not None, caps.tool_filter),
-        (request.persona is not None, caps.persona),
+        (intent.max_depth is not None, caps.depth_limit),
+        (intent.tool_filter is not None, caps.tool_filter),
+        (intent.persona is not None, caps.persona),
     )
     for name, (wanted, supported) in zip(CAPABILITY_ORDER, requested, strict=True):
         if wanted and not supported:
@@ -171,30 +176,24 @@ def validate_prompt(
 
 
 def validate_intent(
-    *,
-    prefix: str,
-    prompt: object,
-    label: object,
-    tool_filter: object,
-    persona: object,
-    agent_options: object,
-    limits: Limits,
+    intent: SubagentIntent, prefix: str, limits: Limits, *, label: object = None
 ) -> None:
-    """Check the intent fields both kinds of start share, named under ``prefix``.
+    """Check the intent both kinds of start share, each field named under ``prefix``;
+    a one-shot's optional ``label`` is checked right after the prompt (ONE-2).
 
-    ``max_depth`` is not among them: its domain is checked first (ONE-2).
+    ``max_depth``'s domain is not checked here: it comes first (ONE-2).
 
     raises: SubagentError
     """
-    validate_prompt(prompt, f"{prefix}.prompt", limits)
+    validate_prompt(intent.prompt, f"{prefix}.prompt", limits)
     if label is not None:
         check_label(label, f"{prefix}.label", limits)
-    if tool_filter is not None:
-        validate_tool_filter(tool_filter, f"{prefix}.tool_filter")
-    if persona is not None:
-        require_str(persona, f"{prefix}.persona")
-    if agent_options is not None:
-        validate_agent_options(agent_options, f"{prefix}.agent_options")
+    if intent.tool_filter is not None:
+        validate_tool_filter(intent.tool_filter, f"{prefix}.tool_filter")
+    if intent.persona is not None:
+        require_str(intent.persona, f"{prefix}.persona")
+    if intent.agent_options is not None:
+        validate_agent_options(intent.agent_options, f"{prefix}.agent_options")
 
 
 def validate_start_request(request: SubagentStartRequest, limits: Limits = DEFAULT_LIMITS) -> None:
@@ -202,21 +201,13 @@ def validate_start_request(request: SubagentStartRequest, limits: Limits = DEFAU
 
     raises: SubagentError
     """
-    validate_max_depth(request.max_depth)
+    validate_max_depth(request.intent.max_depth)
     if request.output_schema is not None:
         validate_output_schema(request.output_schema, limits=limits)
     require_str(request.parent.session_id, "request.parent.session_id", non_empty=True)
     validate_depth(request.parent.delegation_depth, "request.parent.delegation_depth")
     validate_agent_options(request.parent.options, "request.parent.options")
-    validate_intent(
-        prefix="request",
-        prompt=request.prompt,
-        label=request.label,
-        tool_filter=request.tool_filter,
-        persona=request.persona,
-        agent_options=request.agent_options,
-        limits=limits,
-    )
+    validate_intent(request.intent, "request", limits, label=request.label)
 
 
 def admit_start_request(
@@ -232,7 +223,7 @@ def admit_start_request(
     raises: SubagentError
     """
     check_capabilities(request, caps)
-    validate_max_depth(request.max_depth)
+    validate_max_depth(request.intent.max_depth)
     if request.output_schema is not None and check_schema is not None:
         validate_output_schema(request.output_schema, limits=limits)
         check_schema(request.output_schema)

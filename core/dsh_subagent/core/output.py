@@ -32,6 +32,8 @@ Theory of operation
    ``aborted`` -> ``killed``, any other reason -> ``failed`` with ``<reason>`` or
    ``<reason>; diagnostic: <d>`` (partial output is dropped). A failed disposal afterwards
    turns any outcome ``failed``, appending ``dispose failed: <error>`` to the detail.
+8. A result diagnostic is bounded to 4096 UTF-8 bytes, cut on a character boundary and marked
+   as truncated, so infrastructure detail cannot flood the parent (ONE-15, OOP-7).
 """
 
 from __future__ import annotations
@@ -298,6 +300,20 @@ def one_shot_result(
     return SubagentResult(output, stop)
 
 
+DIAGNOSTIC_LIMIT: Final = 4096
+TRUNCATION_SUFFIX: Final = "\n[diagnostic truncated]"
+
+
+def limit_diagnostic(text: str) -> str:
+    """``text`` if it fits 4096 UTF-8 bytes, else cut on a character boundary plus a suffix
+    (rule 8)."""
+    encoded = text.encode("utf-8")
+    if len(encoded) <= DIAGNOSTIC_LIMIT:
+        return text
+    budget = DIAGNOSTIC_LIMIT - len(TRUNCATION_SUFFIX.encode("utf-8"))
+    return encoded[:budget].decode("utf-8", errors="ignore") + TRUNCATION_SUFFIX
+
+
 # --------------------------------------------------------------------------- job outcomes
 
 
@@ -328,8 +344,10 @@ __all__ = [
     "AssistantOutputFold",
     "Captured",
     "ConsumedWork",
+    "DIAGNOSTIC_LIMIT",
     "Output",
     "OtherTurnEnd",
+    "TRUNCATION_SUFFIX",
     "TurnEnding",
     "dispose_failed",
     "epoch_stop_reason",
@@ -337,6 +355,7 @@ __all__ = [
     "fold_consumed_work",
     "job_outcome",
     "last_assistant_message",
+    "limit_diagnostic",
     "one_shot_result",
     "one_shot_stop_reason",
     "output_text",

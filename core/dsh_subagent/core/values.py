@@ -196,19 +196,35 @@ class Origin(enum.Enum):
     SUBAGENT = "subagent"
 
 
-@attrs.frozen
-class SessionHeader:
-    """The immutable header fields of a session (HARNESS-21)."""
+@attrs.frozen(kw_only=True)
+class SessionMeta:
+    """The header fields a creator chooses for a new session (HARNESS-21): a header without
+    the id and the version; ``created_at`` is ``None`` to let the store stamp the time."""
 
-    id: SessionId
-    created_at: float = 0.0
-    version: int = SESSION_VERSION
     cwd: str | None = None
     parent_session: SessionId | None = None
     seed_length: int | None = None
     origin: Origin | None = None
     delegation_depth: int | None = None
     agent_preset: str | None = None
+    created_at: float | None = None
+
+
+@attrs.frozen
+class SessionHeader(SessionMeta):
+    """The immutable header of a session (HARNESS-21): the creator's fields, the id, the
+    version and the creation time (always set)."""
+
+    id: SessionId
+    created_at: float = 0.0
+    version: int = SESSION_VERSION
+
+
+def new_header(session_id: SessionId, meta: SessionMeta, now: float) -> SessionHeader:
+    """The header of a new session: ``meta``'s fields, and ``now`` unless ``meta`` chose a time."""
+    chosen = {field.name: getattr(meta, field.name) for field in attrs.fields(SessionMeta)}
+    chosen["created_at"] = now if meta.created_at is None else meta.created_at
+    return SessionHeader(id=session_id, **chosen)
 
 
 @attrs.frozen
@@ -314,17 +330,38 @@ class ParentRef:
 
 
 @attrs.frozen
-class SubagentStartRequest:
-    """The shape of a one-shot start request (the signal is an adapter concern)."""
+class SubagentIntent:
+    """What a child is asked to do, the same for both kinds of start (ONE-1, CONT-1): the
+    prompt and the optional depth cap, tool filter, persona and agent options.
 
-    prompt: Content
-    parent: ParentRef
-    label: str | None = None
-    output_schema: JsonObject | None = None
+    ``prompt`` is content blocks, or a plain string for one text block.
+    """
+
+    prompt: Content = attrs.field(converter=as_content)
     max_depth: int | None = None
     tool_filter: ToolFilter | None = None
     persona: str | None = None
     agent_options: AgentOptions | None = None
+
+
+def as_intent(value: SubagentIntent | Content | str) -> SubagentIntent:
+    """A bare prompt as the intent that asks nothing else; an intent unchanged.
+
+    The starts accept either form; whatever else is given becomes the prompt, for
+    validation to judge.
+    """
+    return value if isinstance(value, SubagentIntent) else SubagentIntent(value)
+
+
+@attrs.frozen
+class SubagentStartRequest:
+    """A one-shot start request as the core sees it: the intent, the delegating parent, and
+    the one-shot's own label and output schema (the signal is an adapter concern)."""
+
+    intent: SubagentIntent = attrs.field(converter=as_intent)
+    parent: ParentRef
+    label: str | None = None
+    output_schema: JsonObject | None = None
 
 
 @attrs.frozen

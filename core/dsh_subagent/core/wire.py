@@ -27,6 +27,12 @@ Theory of operation
    ``<message>`` is ``{"id": s, "content": [<block>...], "source": <source>}``;
    ``<source>`` is ``{"kind": k, ...}`` with the sender/summary fields in camelCase.
 3. Decoders raise ``SubagentError(CORRUPT_SESSION)`` naming the field on a malformed payload.
+4. Seeds: a session built from a seed (even an empty one) closes it with one
+   ``session/end-seed`` unless the seed already ends with one; a session built without a seed
+   gets no marker (HARNESS-20, DESC-11). The session constructor and the continuable creator's
+   staged seed both ask ``needs_end_seed``. A fork seed is the parent's log through its last
+   ``turn/end``: an in-flight turn cannot be replayed, so it is excluded, and a log with no
+   completed turn gives no seed (CAP-8).
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from collections.abc import Mapping, Sequence
 
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (
+    END_SEED,
+    TURN_END,
     BaseSource,
     BaseSourceKind,
     CancelKind,
@@ -46,6 +54,7 @@ from dsh_subagent.core.values import (
     JsonValue,
     MessageId,
     MessageSource,
+    SessionEvent,
     SessionId,
     SubagentReportSource,
     SubagentSettledSource,
@@ -255,3 +264,22 @@ def splice_data(
     if canceled:
         data["outcome"] = "canceled"
     return data
+
+
+# --------------------------------------------------------------------------- seeds
+
+
+def needs_end_seed(seed: Sequence[SessionEvent] | None) -> bool:
+    """Whether a session built from ``seed`` must append the ``session/end-seed`` marker (rule 4).
+
+    post: __return__ == (seed is not None and (len(seed) == 0 or seed[-1].type != END_SEED))
+    """
+    return seed is not None and (not seed or seed[-1].type != END_SEED)
+
+
+def completed_turn_prefix(events: Sequence[SessionEvent]) -> tuple[SessionEvent, ...] | None:
+    """Every event through the last ``turn/end``, or ``None`` when no turn completed (rule 4)."""
+    for index in range(len(events) - 1, -1, -1):
+        if events[index].type == TURN_END:
+            return tuple(events[: index + 1])
+    return None

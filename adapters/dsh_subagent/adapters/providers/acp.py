@@ -288,7 +288,7 @@ def _prompt_blocks(request: ResolvedStartRequest) -> list[AcpBlock]:
     """The prompt's text blocks as ACP text blocks (other blocks cannot cross, rule 4)."""
     return [
         TextContentBlock(type="text", text=block.text)
-        for block in request.request.prompt
+        for block in request.request.intent.prompt
         if isinstance(block, TextBlock)
     ]
 

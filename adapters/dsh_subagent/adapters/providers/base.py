@@ -7,11 +7,12 @@ Theory of operation
    It may also have ``async prepare_continuable(ContinuableCreateRequest) ->
    ContinuableCreateSpec``; the method's presence is the continuable capability (CAP-5), and
    the spec is data only: an optional balanced seed (CAP-7).
-2. ``StartRequest`` is the caller's one-shot request: the core ``SubagentStartRequest`` fields
-   plus the live ``parent`` agent and the required ``signal`` (ONE-1). The service resolves it
-   into a ``ResolvedStartRequest``: the validated core request (its ``ParentRef`` derived from
-   the parent), the descriptor snapshot (ONE-3) and the service-minted lifecycle run id
-   (EVT-3). The caller's request is never mutated (REG-8).
+2. ``StartRequest`` is the caller's one-shot request: the core ``SubagentIntent`` both kinds
+   of start carry, the one-shot's label and output schema, the live ``parent`` agent and the
+   required ``signal`` (ONE-1). The service resolves it into a ``ResolvedStartRequest``: the
+   validated core request (the same intent, its ``ParentRef`` derived from the parent), the
+   descriptor snapshot (ONE-3) and the service-minted lifecycle run id (EVT-3). The caller's
+   request is never mutated (REG-8).
 3. ``DrivenRun`` is the run handle of the shipped providers. It owns one core one-shot machine
    (``core.oneshot``) and carries out its run effects: ``RollBack`` aborts the unpublished
    setup, ``CancelRemainingWork`` cancels the child, ``ResolveResult``/``RejectResult`` settle
@@ -40,8 +41,6 @@ from dsh_subagent.adapters.signals import AbortController, AbortSignal
 from dsh_subagent.core import oneshot
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (
-    AgentOptions,
-    Content,
     EventId,
     JsonObject,
     OneShotDescriptor,
@@ -49,10 +48,10 @@ from dsh_subagent.core.values import (
     SessionEvent,
     SessionId,
     SubagentCapabilities,
+    SubagentIntent,
     SubagentResult,
     SubagentStartRequest,
-    ToolFilter,
-    as_content,
+    as_intent,
 )
 
 ABORTED_BEFORE_PUBLICATION: Final = "subagent request was aborted before child publication"
@@ -65,20 +64,18 @@ def aborted_before_publication() -> SubagentError:
 
 @attrs.frozen
 class StartRequest:
-    """A one-shot start request: intent, the live parent and the cancellation signal (ONE-1).
+    """A one-shot start request: the intent, the live parent and the cancellation signal,
+    plus the one-shot's own label and output schema (ONE-1).
 
-    ``prompt`` is content blocks, or a plain string for one text block.
+    ``intent`` is a ``SubagentIntent``, or a bare prompt (content blocks or a plain string)
+    for an intent that asks nothing else.
     """
 
-    prompt: Content = attrs.field(converter=as_content)
+    intent: SubagentIntent = attrs.field(converter=as_intent)
     parent: Agent = attrs.field(eq=False)
     signal: AbortSignal = attrs.field(eq=False)
     label: str | None = None
     output_schema: JsonObject | None = None
-    max_depth: int | None = None
-    tool_filter: ToolFilter | None = None
-    persona: str | None = None
-    agent_options: AgentOptions | None = None
 
 
 @attrs.frozen

@@ -26,7 +26,7 @@ from dsh_subagent.adapters.providers.base import (
 from dsh_subagent.adapters.providers.in_process import InProcessHost, InProcessRun, start_in_process
 from dsh_subagent.adapters.providers.spawn import IN_PROCESS_CAPABILITIES
 from dsh_subagent.core.jsonvalue import require_str
-from dsh_subagent.core.seed import completed_turn_prefix
+from dsh_subagent.core.wire import completed_turn_prefix
 
 
 class ForkProvider:

@@ -193,7 +193,7 @@ class InProcessRun(DrivenRun):
         if request.signal.aborted:
             raise aborted_before_publication()
         depth = child_depth(
-            delegation_depth_of(parent.session.header, parent.options), core.max_depth
+            delegation_depth_of(parent.session.header, parent.options), core.intent.max_depth
         )
         self._child_id = SessionId(str(uuid.uuid4()))
         super().__init__(request, self._child_id)
@@ -234,7 +234,9 @@ class InProcessRun(DrivenRun):
             self._child_id,
             meta=meta,
             seed=self._seed or None,
-            agent_options=child_agent_options(parent.options, core.agent_options, self._depth),
+            agent_options=child_agent_options(
+                parent.options, core.intent.agent_options, self._depth
+            ),
             signal=self._setup_abort.signal,
             setup=self._host_setup if self._host.setup is not None else None,
             configure=self._configure,
@@ -260,8 +262,8 @@ class InProcessRun(DrivenRun):
         apply_child_composition(
             child,
             self._parent,
-            persona=core.persona,
-            tool_filter=core.tool_filter,
+            persona=core.intent.persona,
+            tool_filter=core.intent.tool_filter,
             roster=self._host.roster,
         )
         if core.output_schema is not None:
@@ -289,7 +291,7 @@ class InProcessRun(DrivenRun):
             self._conclude()
             return
         try:
-            self._child.followup(create_user_message(self._request.request.prompt))
+            self._child.followup(create_user_message(self._request.request.intent.prompt))
         except Exception as error:
             self._settle_fault(error)
         else:

@@ -45,8 +45,13 @@ from dsh_subagent.adapters.providers.base import (
 from dsh_subagent.adapters.signals import AbortController, AbortSignal, race_abort
 from dsh_subagent.core.errors import invalid
 from dsh_subagent.core.jsonvalue import require_str
-from dsh_subagent.core.output import AssistantOutputFold, Output
-from dsh_subagent.core.seed import DIAGNOSTIC_LIMIT, TRUNCATION_SUFFIX, limit_diagnostic
+from dsh_subagent.core.output import (
+    DIAGNOSTIC_LIMIT,
+    TRUNCATION_SUFFIX,
+    AssistantOutputFold,
+    Output,
+    limit_diagnostic,
+)
 from dsh_subagent.core.values import KnownStop, SessionId, SubagentCapabilities, SubagentResult
 
 _log = logging.getLogger(__name__)

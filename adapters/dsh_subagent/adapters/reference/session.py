@@ -51,7 +51,9 @@ from dsh_subagent.core.values import (
     SessionEvent,
     SessionHeader,
     SessionId,
+    new_header,
 )
+from dsh_subagent.core.wire import needs_end_seed
 
 Clock = Callable[[], float]
 _CHECKED_TYPES: set[str] = set()  # event types already accepted by ``require_str``
@@ -137,7 +139,7 @@ class LiveSession:
         self.first_live_seq: Final = len(self._log)
         #: The persistence this session was restored from, and its stored log length then.
         self.restored_from: tuple[SessionPersistence, int] | None = None
-        if seed is not None and (not self._log or self._log[-1].type != END_SEED):
+        if needs_end_seed(seed):
             self.append(END_SEED, {})
 
     @classmethod
@@ -241,16 +243,7 @@ class SessionStore:
         _validate_meta(meta, None if seed is None else len(seed))
         if session_id in self._entries:
             raise invalid("session_id", f"session {session_id!r} is already live")
-        header = SessionHeader(
-            id=session_id,
-            created_at=self._clock() if meta.created_at is None else meta.created_at,
-            cwd=meta.cwd,
-            parent_session=meta.parent_session,
-            seed_length=meta.seed_length,
-            origin=meta.origin,
-            delegation_depth=meta.delegation_depth,
-            agent_preset=meta.agent_preset,
-        )
+        header = new_header(session_id, meta, self._clock())
         return LiveSession(header, seed, clock=self._clock)
 
     def restore(

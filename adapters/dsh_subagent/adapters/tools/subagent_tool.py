@@ -65,7 +65,13 @@ from dsh_subagent.core.capabilities import CAPABILITY_ORDER
 from dsh_subagent.core.depth import MAX_DEPTH, delegation_depth_of
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.lifecycle import PROVIDER_ADDED, PROVIDER_REMOVED
-from dsh_subagent.core.values import JsonObject, KnownStop, SubagentResult, TextBlock
+from dsh_subagent.core.values import (
+    JsonObject,
+    KnownStop,
+    SubagentIntent,
+    SubagentResult,
+    TextBlock,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -213,16 +219,14 @@ class SubagentTool:
     def request(self, caller: Agent, arguments: JsonObject, signal: AbortSignal) -> StartRequest:
         """The one request every route builds (TOOL-18)."""
         config = self.config
-        return StartRequest(
+        intent = SubagentIntent(
             (TextBlock(str(arguments["prompt"])),),
-            caller,
-            signal,
-            label=str(arguments["description"]),
             max_depth=config.max_depth if isinstance(config.max_depth, int) else None,
             tool_filter=config.tool_filter,
             persona=config.persona,
             agent_options=config.agent_options,
         )
+        return StartRequest(intent, caller, signal, label=str(arguments["description"]))
 
     def _depth_error(self, caller: Agent, error: Exception) -> Exception:
         """Depth and capability refusals in the catalog's words (TOOL-26, TOOL-27)."""
@@ -265,15 +269,7 @@ class SubagentTool:
             request = self.request(caller, arguments, signal)
             started = await self.service.start_continuable(
                 ContinuableStartSpec(
-                    self.config.provider,
-                    request.label or "",
-                    caller,
-                    request.prompt,
-                    agent_options=request.agent_options,
-                    max_depth=request.max_depth,
-                    tool_filter=request.tool_filter,
-                    persona=request.persona,
-                    signal=signal,
+                    self.config.provider, request.label or "", caller, request.intent, signal=signal
                 )
             )
             return ContinuableValue(started.child_id)
