@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Coroutine, Generator
 from pathlib import Path
@@ -72,9 +73,11 @@ class _Resumed:
 
 
 def start_eagerly(work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
-    """Run ``work`` now up to its first await, as an eager task factory (3.12+) would."""
+    """Run ``work`` now up to its first await, as an eager task factory (3.12+) would: the
+    first step and the rest run in one context, the task's."""
+    context = contextvars.copy_context()
     try:
-        pending = work.send(None)
+        pending = context.run(work.send, None)
     except StopIteration:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
@@ -83,7 +86,7 @@ def start_eagerly(work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
     async def rest() -> None:
         await _Resumed(work, pending)
 
-    return asyncio.ensure_future(rest())
+    return asyncio.get_running_loop().create_task(rest(), context=context)
 
 
 def test_tear_13_err_7_a_drain_during_publication_refuses_the_start_as_draining(
