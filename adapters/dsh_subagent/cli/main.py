@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from dsh_subagent.core.errors import SubagentError
+from dsh_subagent.core.extras import MissingExtra
 
 
 def _version() -> str:
@@ -180,5 +181,8 @@ def main() -> None:
         err.show()
         sys.exit(err.exit_code)
     except SubagentError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    except MissingExtra as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
