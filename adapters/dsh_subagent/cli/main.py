@@ -32,11 +32,22 @@ def cli() -> None:
     """The subagent seam: delegation to child agents with verified lifecycle invariants."""
 
 
+def _store_path(_ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """``--db`` as an absolute path whose directory exists (it is never created)."""
+    if value is None:
+        return None
+    path = value.expanduser().resolve()
+    if not path.parent.is_dir():
+        raise click.BadParameter(f"no directory {path.parent}", param=param)
+    return path
+
+
 @cli.command()
 @click.option(
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
+    callback=_store_path,
     help="SQLite store to use and keep (default: a temporary one).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the lifecycle event log as JSON.")
@@ -53,6 +64,7 @@ def demo(db: Path | None, as_json: bool, step_through: bool) -> None:
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
     required=True,
+    callback=_store_path,
     help="The SQLite session store to read.",
 )
 @click.option("--parent", default=None, help="List this session's children (default: every root).")
