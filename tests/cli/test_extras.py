@@ -37,7 +37,8 @@ def test_console_script_without_the_cli_extra_names_it_and_exits_2(package: str)
     )
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
     assert done.stderr == (
-        f"error: the dsh-subagent command needs {package}: pip install 'dsh-subagent[cli]'\n"
+        f"error: MISSING_EXTRA: the dsh-subagent command needs {package}:"
+        " pip install 'dsh-subagent[cli]'\n"
     )
 
 
@@ -72,6 +73,6 @@ def test_diagram_command_without_python_statemachine_is_one_line_exit_2() -> Non
     )
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
     assert done.stderr == (
-        "error: dsh_subagent.spec's charts needs python-statemachine:"
+        "error: MISSING_EXTRA: dsh_subagent.spec's charts needs python-statemachine:"
         " pip install 'dsh-subagent[spec]'\n"
     )

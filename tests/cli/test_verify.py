@@ -68,7 +68,8 @@ def test_verify_without_hypothesis_names_the_extra_and_exits_2() -> None:
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert lines == [
-        "error: dsh-subagent verify needs hypothesis: pip install 'dsh-subagent[verify]'"
+        "error: MISSING_EXTRA: dsh-subagent verify needs hypothesis:"
+        " pip install 'dsh-subagent[verify]'"
     ]
 
 

@@ -94,7 +94,8 @@ def test_issue20_base_install_runs_the_readme_program_and_cli_extra_runs_the_dem
     missing = env.run("dsh-subagent", "demo")
     assert (missing.returncode, missing.stdout) == (2, "")
     assert missing.stderr == (
-        "error: the dsh-subagent command needs click: pip install 'dsh-subagent[cli]'\n"
+        "error: MISSING_EXTRA: the dsh-subagent command needs click:"
+        " pip install 'dsh-subagent[cli]'\n"
     )
     env.install("cli")
     first = env.run("dsh-subagent", "demo", "--db", "relative.db")

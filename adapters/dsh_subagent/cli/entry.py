@@ -17,14 +17,17 @@ from dsh_subagent.core.extras import MissingExtra
 CLI_PACKAGES = ("click", "rich")
 
 
+def error_line(code: str, message: str) -> str:
+    """The command line's one error format."""
+    return f"error: {code}: {message}"
+
+
 def main() -> None:
     """Run ``dsh_subagent.cli.main`` when the ``cli`` extra is installed."""
     for package in CLI_PACKAGES:
         if importlib.util.find_spec(package) is None:
-            print(
-                f"error: {MissingExtra('the dsh-subagent command', package, 'cli')}",
-                file=sys.stderr,
-            )
+            missing = MissingExtra("the dsh-subagent command", package, "cli")
+            print(error_line("MISSING_EXTRA", str(missing)), file=sys.stderr)
             sys.exit(2)
     from dsh_subagent.cli.main import main as run
 

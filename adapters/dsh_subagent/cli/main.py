@@ -3,8 +3,13 @@
 Theory of operation
 -------------------
 1. This is the application layer: it may import core, adapters and spec; nothing imports it.
-2. Every subcommand prints what the library reports, never canned text. User mistakes (a
-   missing or corrupt ``--db``, an unknown id) print one clear line and exit non-zero.
+2. Every subcommand prints what the library reports, never canned text.
+3. Every error is one line on stderr, ``error: CODE: message`` (``entry.error_line``), naming
+   the offending field once: a ``SubagentError``'s code (exit status 1: the run failed), a
+   missing extra as ``MISSING_EXTRA`` and a bad command line as ``USAGE`` (exit status 2:
+   nothing ran). Counts and choices are checked by the parser, before anything runs.
+4. Paths are resolved against the working directory; the directory of ``--db`` must exist
+   (it is never created).
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from pathlib import Path
 
 import click
 
-from dsh_subagent.core.errors import SubagentError
+from dsh_subagent.cli.entry import error_line
+from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.extras import MissingExtra
 
 
@@ -74,7 +80,7 @@ def catalog(db: Path, parent: str | None, descendants: bool) -> None:
     from dsh_subagent.cli.catalog import print_catalog
 
     if not db.is_file():
-        raise click.ClickException(f"no session store at {db}")
+        raise SubagentError(ErrorCode.NOT_FOUND, f"no session store at {db}", field="--db")
     print_catalog(db, parent, descendants=descendants)
 
 
@@ -183,18 +189,33 @@ def verify(
         sys.exit(1)
 
 
+def _message(err: SubagentError) -> str:
+    """The error's message with its field named once."""
+    if err.field is None or err.message.startswith(f"{err.field}:"):
+        return err.message
+    return f"{err.field}: {err.message}"
+
+
+def _fail(code: str, message: str, status: int) -> None:
+    click.echo(error_line(code, message), err=True)
+    sys.exit(status)
+
+
 def main() -> None:
-    """Console-script entry point: run the CLI, turning seam errors into one clear line."""
+    """Console-script entry point: run the CLI; every error is one line (module header)."""
     try:
-        cli.main(standalone_mode=False)
+        cli.main(prog_name="dsh-subagent", standalone_mode=False)
     except click.exceptions.Abort:
         sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as err:  # bare ``dsh-subagent``: the help
+        click.echo(err.format_message())
+        sys.exit(2)
+    except click.UsageError as err:
+        hint = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
+        _fail("USAGE", err.format_message() + hint, 2)
     except click.ClickException as err:
-        err.show()
-        sys.exit(err.exit_code)
+        _fail("ERROR", err.format_message(), 1)
     except SubagentError as err:
-        click.echo(f"error: {err}", err=True)
-        sys.exit(2)
+        _fail(err.code.value, _message(err), 1)
     except MissingExtra as err:
-        click.echo(f"error: {err}", err=True)
-        sys.exit(2)
+        _fail("MISSING_EXTRA", str(err), 2)
