@@ -10,6 +10,7 @@ from dsh_subagent import (
     AbortController,
     ErrorCode,
     FunctionModel,
+    JsonObject,
     KnownStop,
     ModelRequest,
     ModelStep,
@@ -77,3 +78,31 @@ def test_harness_9_function_model_refuses_what_is_not_callable() -> None:
     with pytest.raises(SubagentError) as raised:
         FunctionModel("not a function")  # type: ignore[arg-type]
     assert (raised.value.code, raised.value.field) == (ErrorCode.INVALID_ARGUMENT, "fn")
+
+
+def test_struct_a_one_shot_answer_comes_back_as_a_pydantic_model() -> None:
+    pydantic = pytest.importorskip("pydantic")
+
+    class Answer(pydantic.BaseModel):  # type: ignore[misc,name-defined]
+        value: int
+
+    def answer(request: ModelRequest) -> ModelStep | str:
+        if "structured_output" in request.tools and len(model.requests) == 1:
+            return call_tool("structured_output", {"value": 42})
+        return "reported"
+
+    model = FunctionModel(answer)
+
+    async def main() -> SubagentResult:
+        async with ReferenceHarness.open(lambda _s, _o: model) as harness:
+            parent = await harness.agent("parent")
+            schema: JsonObject = {"type": "object", "properties": {"value": {"type": "integer"}}}
+            request = StartRequest(
+                "six times seven", parent, AbortController().signal, output_schema=schema
+            )
+            async with await harness.service.start("spawn", request) as run:
+                return await run.result
+
+    result = asyncio.run(main())
+    assert result.stop_reason == KnownStop.COMPLETED
+    assert result.output_as(Answer) == Answer(value=42)
