@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -196,7 +197,7 @@ def _message(err: SubagentError) -> str:
     return f"{err.field}: {err.message}"
 
 
-def _fail(code: str, message: str, status: int) -> None:
+def _fail(code: str, message: str, status: int) -> NoReturn:
     click.echo(error_line(code, message), err=True)
     sys.exit(status)
 
