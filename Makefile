@@ -2,22 +2,30 @@
 # Each creates or refreshes its own virtual environment in .venv.
 PYTHON ?= python3
 VENV := .venv
-STAMP := $(VENV)/.installed
+# Two stamps: the demo needs only the cli extra; the tests need the dev extra (which has it).
+CLI_STAMP := $(VENV)/.installed-cli
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: demo test venv clean
 
-$(STAMP): pyproject.toml
-	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+$(VENV)/bin/python:
+	@$(PYTHON) -m venv $(VENV)
 	@$(VENV)/bin/python -m pip install -q --upgrade pip
+
+$(CLI_STAMP): pyproject.toml | $(VENV)/bin/python
+	@$(VENV)/bin/python -m pip install -q -e '.[cli]'
+	@touch $(CLI_STAMP)
+
+$(DEV_STAMP): pyproject.toml | $(VENV)/bin/python
 	@$(VENV)/bin/python -m pip install -q -e '.[dev]'
-	@touch $(STAMP)
+	@touch $(DEV_STAMP) $(CLI_STAMP)
 
-venv: $(STAMP)
+venv: $(DEV_STAMP)
 
-demo: $(STAMP)
+demo: $(CLI_STAMP)
 	@$(VENV)/bin/dsh-subagent demo
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	@bash scripts/check
 
 clean:

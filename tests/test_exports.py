@@ -65,3 +65,21 @@ def test_importing_the_core_loads_no_adapters_and_no_asyncio() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_issue20_the_offline_test_models_are_public() -> None:
+    for name in ("FunctionModel", "ScriptedModel", "NullModel", "call_tool", "reply"):
+        assert name in dsh_subagent.__all__, name
+
+
+def test_issue20_every_public_name_loads_without_an_extra() -> None:
+    """The base install (attrs, jsonschema) is enough for the whole public import."""
+    extras = ["click", "rich", "statemachine", "hypothesis", "pytest", "pydantic_ai", "acp"]
+    probe = (
+        f"import sys; sys.modules.update(dict.fromkeys({extras!r}));"
+        "import dsh_subagent; [getattr(dsh_subagent, n) for n in dsh_subagent.__all__]"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -92,6 +92,7 @@ _EXPORTS: dict[str, str] = {
     "ToolOutcome": "dsh_subagent.adapters.protocols",
     "create_user_message": "dsh_subagent.adapters.protocols",
     # the reference harness
+    "FunctionModel": "dsh_subagent.adapters.reference.scripted_model",
     "HarnessOpening": "dsh_subagent.adapters.reference.harness",
     "InMemoryPersistence": "dsh_subagent.adapters.reference.persistence",
     "NullModel": "dsh_subagent.adapters.reference.scripted_model",
@@ -168,6 +169,7 @@ if TYPE_CHECKING:
     from dsh_subagent.adapters.reference.persistence import (
         InMemoryPersistence as InMemoryPersistence,
     )
+    from dsh_subagent.adapters.reference.scripted_model import FunctionModel as FunctionModel
     from dsh_subagent.adapters.reference.scripted_model import NullModel as NullModel
     from dsh_subagent.adapters.reference.scripted_model import ScriptedModel as ScriptedModel
     from dsh_subagent.adapters.reference.scripted_model import call_tool as call_tool

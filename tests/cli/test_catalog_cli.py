@@ -41,10 +41,10 @@ def test_list_16_issue_19_catalog_of_a_foreign_or_empty_file_is_one_error_line(
     else:
         db.write_bytes(b"")
     before = {entry.name: entry.read_bytes() for entry in tmp_path.iterdir()}
-    assert run_main(monkeypatch, "catalog", "--db", str(db)) == 2
+    assert run_main(monkeypatch, "catalog", "--db", str(db)) == 1
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == f"error: PERSISTENCE_UNAVAILABLE [path]: {db} is not a dsh-subagent store\n"
+    assert err == f"error: PERSISTENCE_UNAVAILABLE: path: {db} is not a dsh-subagent store\n"
     assert {entry.name: entry.read_bytes() for entry in tmp_path.iterdir()} == before
     with contextlib.closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)

@@ -73,7 +73,7 @@ def test_catalog_lists_a_demo_store_and_refuses_bad_input(tmp_path: Path) -> Non
     assert "has children" in listed.output
     missing = runner.invoke(cli, ["catalog", "--db", str(tmp_path / "none.db")])
     assert missing.exit_code != 0
-    assert "no session store at" in missing.output
+    assert "no session store at" in str(missing.exception)
     unknown = runner.invoke(cli, ["catalog", "--db", str(db), "--parent", "ghost"])
     assert unknown.exit_code != 0
-    assert "the store holds no session 'ghost'" in unknown.output
+    assert "the store holds no session 'ghost'" in str(unknown.exception)

@@ -67,7 +67,10 @@ def test_verify_without_hypothesis_names_the_extra_and_exits_2() -> None:
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
-    assert lines == ["Error: verify needs Hypothesis: pip install 'dsh-subagent[verify]'"]
+    assert lines == [
+        "error: MISSING_EXTRA: dsh-subagent verify needs hypothesis:"
+        " pip install 'dsh-subagent[verify]'"
+    ]
 
 
 def test_verify_runs_the_core_machine_and_prints_its_invariant_table(workdir: Path) -> None:

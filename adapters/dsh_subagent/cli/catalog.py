@@ -23,6 +23,7 @@ from rich.table import Table
 from dsh_subagent.adapters.protocols import Model
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.adapters.reference.session import LiveSession
+from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.listing import ChildRow, DescendantRow, ListingDiagnostic
 from dsh_subagent.core.values import AgentOptions, SessionId
 
@@ -39,7 +40,9 @@ async def _rows(
         headers = await harness.persistence.list()
         known = {h.id for h in headers}
         if parent is not None and parent not in known:
-            raise click.ClickException(f"the store holds no session {parent!r}")
+            raise SubagentError(
+                ErrorCode.NOT_FOUND, f"the store holds no session {parent!r}", field="--parent"
+            )
         roots = [SessionId(parent)] if parent else [h.id for h in headers if not h.parent_session]
         rows: list[tuple[str, ChildRow | ListingDiagnostic | DescendantRow]] = []
         for root in roots:

@@ -6,18 +6,26 @@ Theory of operation
    a foreground spawn, a fork that reads its inherited history, a background one-shot run it
    collects later, and a tree of continuable children (depth 2) that it follows up while one
    is running (queued) and one is waiting (woken), interrupts, and finally drains.
-2. A "restart" then closes the harness, reopens the SQLite store in a fresh harness, lists
-   the children from the durable catalog and cold-resumes one with a host's user grant.
+2. A "restart" then closes the harness, reopens the SQLite store in a fresh harness (in the
+   same process; nothing of the first harness is reused), lists the children from the
+   durable catalog and cold-resumes one with a host's user grant.
 3. Every printed line comes from the service: run results, lifecycle events, residency
    (``activation_state``), the settlement notices as the parent's log holds them, and the
    catalog rows. The model is ``DemoModel``: deterministic, offline, with per-agent gates so
    the demo can hold a turn open without sleeping.
+4. Generated ids (UUIDs) print in full at their first mention and as their first 8
+   characters after that (``ShortIds``), so lines stay within 80 columns. A closing summary
+   line counts the child runs and says where the store is.
+5. ``--step`` pauses between phases only on a terminal; otherwise the demo says so and runs
+   without pauses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -52,6 +60,20 @@ from dsh_subagent.core.values import (
 from dsh_subagent.core.wire import decode_message, turn_end_reason
 
 Say = Callable[[str], None]
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+@attrs.define
+class ShortIds:
+    """A UUID in full at its first mention, then its first 8 characters; other ids as they are."""
+
+    seen: set[str] = attrs.field(factory=set)
+
+    def __call__(self, ident: str) -> str:
+        if not _UUID.fullmatch(ident) or ident not in self.seen:
+            self.seen.add(ident)
+            return ident
+        return ident[:8]
 
 
 def _user_messages(events: Sequence[object]) -> list[UserMessage]:
@@ -100,19 +122,22 @@ class Recorder:
     """Lifecycle events and settlement waits, fed by ``service.on``."""
 
     say: Say
+    name: ShortIds
     lines: list[dict[str, object]] = attrs.field(factory=list)
     ended: dict[SessionId, asyncio.Event] = attrs.field(factory=dict)
 
     def __call__(self, payload: LifecyclePayload) -> None:
         if isinstance(payload, RunStartInfo):
             self.lines.append({"event": "subagent/start", "child": payload.child_id})
-            self.say(f"  [event] subagent/start  {payload.child_id} ({payload.provider})")
+            self.say(
+                f"  [event] subagent/start  {self.name(payload.child_id)} ({payload.provider})"
+            )
         elif isinstance(payload, RunEndInfo):
             reason = stop_reason_text(payload.stop_reason)
             child = payload.start.child_id
             self.lines.append({"event": "subagent/end", "child": child, "stop": reason})
             extra = "  DURABILITY_FAILED" if payload.durability_failed else ""
-            self.say(f"  [event] subagent/end    {child} -> {reason}{extra}")
+            self.say(f"  [event] subagent/end    {self.name(child)} -> {reason}{extra}")
             self.ended.setdefault(SessionId(child), asyncio.Event()).set()
 
     async def end_of(self, child: SessionId) -> None:
@@ -127,20 +152,21 @@ def _notices(agent: Agent) -> list[str]:
     ]
 
 
-def _catalog_line(row: ChildRow | ListingDiagnostic | DescendantRow) -> str:
+def _catalog_line(row: ChildRow | ListingDiagnostic | DescendantRow, name: ShortIds) -> str:
     if isinstance(row, DescendantRow):
-        return f"{'  ' * row.depth}{_catalog_line(row.row)}"
+        return f"{'  ' * row.depth}{_catalog_line(row.row, name)}"
     if isinstance(row, ListingDiagnostic):
-        return f"{row.child_id}: {row.kind.value} ({row.reason})"
+        return f"{name(row.child_id)}: {row.kind.value} ({row.reason})"
     label = f" '{row.label}'" if row.label else ""
     kids = ", has children" if row.has_children else ""
-    return f"{row.id}: {row.mode.value}{label}, {row.activity.value}{kids}"
+    return f"{name(row.id)}: {row.mode.value}{label}, {row.activity.value}{kids}"
 
 
 async def run_demo(say: Say, *, db: Path, step: Callable[[str], None]) -> list[dict[str, object]]:
     """Run the whole demo; returns the lifecycle event log."""
     model = DemoModel()
-    recorder = Recorder(say)
+    name = ShortIds()
+    recorder = Recorder(say, name)
 
     def model_for(_session: LiveSession, _options: AgentOptions) -> DemoModel:
         return model
@@ -154,7 +180,7 @@ async def run_demo(say: Say, *, db: Path, step: Callable[[str], None]) -> list[d
     for previous in earlier:
         say(f"this store already holds an earlier run's parent {previous}; its children:")
         for earlier_row in await service.list_children(previous):
-            say(f"  catalog: {_catalog_line(earlier_row)}")
+            say(f"  catalog: {_catalog_line(earlier_row, name)}")
     parent_id = SessionId(f"parent{suffix}")
     parent = await harness.create_agent(parent_id, cwd=str(db.parent))
     brief = UserMessage(MessageId("brief"), (TextBlock("we audit the v2 release notes"),))
@@ -168,13 +194,13 @@ async def run_demo(say: Say, *, db: Path, step: Callable[[str], None]) -> list[d
     run = await service.start("spawn", ask("list three release risks", "risks"))
     result = await run.result
     await run.dispose()
-    say(f"  spawn (foreground) {run.id}: {result.text}")
+    say(f"  spawn (foreground) {name(run.id)}: {result.text}")
     run = await service.start("fork", ask("what are we auditing?", "recall"))
     result = await run.result
     await run.dispose()
-    say(f"  fork  (inherits history) {run.id}: {result.text}")
+    say(f"  fork  (inherits history) {name(run.id)}: {result.text}")
     background = await service.start("spawn", ask("draft the changelog", "changelog"))
-    say(f"  spawn (background) started {background.id}; the parent keeps working")
+    say(f"  spawn (background) started {name(background.id)}; the parent keeps working")
 
     step("2. continuable children, a tree of depth 2")
     researcher, writer, checker = (
@@ -186,7 +212,7 @@ async def run_demo(say: Say, *, db: Path, step: Callable[[str], None]) -> list[d
         label = child.removesuffix(suffix) if suffix else child
         spec = ContinuableStartSpec("spawn", label, parent, (TextBlock(prompt),), child_id=child)
         started = await service.start_continuable(spec)
-        say(f"  started {started.child_id} (accepted message {started.message_id})")
+        say(f"  started {started.child_id} (accepted message {name(started.message_id)})")
     await model.reached[writer].wait()
     writer_agent = harness.registry.get(writer)
     assert writer_agent is not None
@@ -226,20 +252,20 @@ async def run_demo(say: Say, *, db: Path, step: Callable[[str], None]) -> list[d
         await recorder.end_of(child)
     result = await background.result
     await background.dispose()
-    say(f"  collected background run {background.id}: {result.text}")
+    say(f"  collected background run {name(background.id)}: {result.text}")
     await parent.when_idle()
     for notice in _notices(parent):
         say(f"  notice: {notice}")
     await harness.flush(parent)
 
-    step("5. restart: a new process reopens the store")
+    step("5. restart: close the harness, reopen the store in a fresh one")
     await harness.close()
     harness = await ReferenceHarness.open(model_for, db=db)
     service = harness.service
     for event in ("subagent/start", "subagent/end"):
         service.on(event, recorder)
     for row in await service.list_descendants(parent_id):
-        say(f"  catalog: {_catalog_line(row)}")
+        say(f"  catalog: {_catalog_line(row, name)}")
     grant = service.user_authority()
     source = CoordinatorSource(SessionId("host"))
     recorder.ended.pop(writer, None)
@@ -247,19 +273,27 @@ async def run_demo(say: Say, *, db: Path, step: Callable[[str], None]) -> list[d
     await service.followup(writer, (TextBlock("one more pass"),), grant, source=source)
     say(f"  cold-resumed {writer} with a user grant: {_state(service.activation_state(writer))}")
     await recorder.end_of(writer)
-    say("  (its parent is not live in this process, so the settlement notice is dropped;")
+    say("  (its parent is not live in this harness, so the settlement notice is dropped;")
     say("   the child's own session keeps the outcome)")
-    step("6. drain and the final catalog")
+    step("6. drain, reopen, and the final catalog")
     await harness.close()
     harness = await ReferenceHarness.open(model_for, db=db)
     for child_row in await harness.service.list_children(parent_id):
-        say(f"  catalog: {_catalog_line(child_row)}")
+        say(f"  catalog: {_catalog_line(child_row, name)}")
     await harness.close()
     return recorder.lines
 
 
 def _state(state: object) -> str:
     return "absent" if state is None else str(getattr(state, "value", state))
+
+
+def summary(lines: Sequence[Mapping[str, object]], db: Path | None) -> str:
+    """The closing line: how many child runs started and ended, and where the store is."""
+    starts = sum(1 for line in lines if line["event"] == "subagent/start")
+    ends = sum(1 for line in lines if line["event"] == "subagent/end")
+    kept = f"the store is kept at {db}" if db else "the store was temporary (--db PATH keeps it)"
+    return f"summary: {starts} child runs started, {ends} ended; {kept}"
 
 
 def main(*, db: Path | None, as_json: bool, step_through: bool, show_trace: bool = False) -> None:
@@ -270,6 +304,12 @@ def main(*, db: Path | None, as_json: bool, step_through: bool, show_trace: bool
     from rich.console import Console
 
     console = Console(highlight=False, soft_wrap=True)
+    if step_through and not as_json and not sys.stdin.isatty():
+        print(
+            "note: --step needs a terminal (stdin is not one); running without pauses",
+            file=sys.stderr,
+        )
+        step_through = False
     exporter = None
     if show_trace:
         from dsh_subagent.cli import trace_tree
@@ -292,6 +332,8 @@ def main(*, db: Path | None, as_json: bool, step_through: bool, show_trace: bool
         lines = asyncio.run(run_demo(say, db=path, step=step))
     if as_json:
         print(json.dumps(lines, indent=2))
+    else:
+        say(summary(lines, db))
     if exporter is not None:
         console.rule("the span tree (OpenTelemetry SDK, in-memory exporter)")
         for tree in trace_tree.render(exporter.get_finished_spans()):

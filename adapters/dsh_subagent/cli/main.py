@@ -3,8 +3,13 @@
 Theory of operation
 -------------------
 1. This is the application layer: it may import core, adapters and spec; nothing imports it.
-2. Every subcommand prints what the library reports, never canned text. User mistakes (a
-   missing or corrupt ``--db``, an unknown id) print one clear line and exit non-zero.
+2. Every subcommand prints what the library reports, never canned text.
+3. Every error is one line on stderr, ``error: CODE: message`` (``entry.error_line``), naming
+   the offending field once: a ``SubagentError``'s code (exit status 1: the run failed), a
+   missing extra as ``MISSING_EXTRA`` and a bad command line as ``USAGE`` (exit status 2:
+   nothing ran). Counts and choices are checked by the parser, before anything runs.
+4. Paths are resolved against the working directory; the directory of ``--db`` must exist
+   (it is never created).
 """
 
 from __future__ import annotations
@@ -12,10 +17,13 @@ from __future__ import annotations
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
-from dsh_subagent.core.errors import SubagentError
+from dsh_subagent.cli.entry import error_line
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.extras import MissingExtra
 
 EXHAUSTIVE_MACHINES = ("manager", "one-shot", "observer", "jobs", "activity")
 """``verify --exhaustive --machine`` names (``spec.modelcheck.MACHINES``; a test pins them)."""
@@ -34,11 +42,22 @@ def cli() -> None:
     """The subagent seam: delegation to child agents with verified lifecycle invariants."""
 
 
+def _store_path(_ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """``--db`` as an absolute path whose directory exists (it is never created)."""
+    if value is None:
+        return None
+    path = value.expanduser().resolve()
+    if not path.parent.is_dir():
+        raise click.BadParameter(f"no directory {path.parent}", param=param)
+    return path
+
+
 @cli.command()
 @click.option(
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
+    callback=_store_path,
     help="SQLite store to use and keep (default: a temporary one).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the lifecycle event log as JSON.")
@@ -58,6 +77,7 @@ def demo(db: Path | None, as_json: bool, step_through: bool, show_trace: bool) -
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
     required=True,
+    callback=_store_path,
     help="The SQLite session store to read.",
 )
 @click.option("--parent", default=None, help="List this session's children (default: every root).")
@@ -67,7 +87,7 @@ def catalog(db: Path, parent: str | None, descendants: bool) -> None:
     from dsh_subagent.cli.catalog import print_catalog
 
     if not db.is_file():
-        raise click.ClickException(f"no session store at {db}")
+        raise SubagentError(ErrorCode.NOT_FOUND, f"no session store at {db}", field="--db")
     print_catalog(db, parent, descendants=descendants)
 
 
@@ -182,15 +202,33 @@ def verify(
         sys.exit(1)
 
 
+def _message(err: SubagentError) -> str:
+    """The error's message with its field named once."""
+    if err.field is None or err.message.startswith(f"{err.field}:"):
+        return err.message
+    return f"{err.field}: {err.message}"
+
+
+def _fail(code: str, message: str, status: int) -> NoReturn:
+    click.echo(error_line(code, message), err=True)
+    sys.exit(status)
+
+
 def main() -> None:
-    """Console-script entry point: run the CLI, turning seam errors into one clear line."""
+    """Console-script entry point: run the CLI; every error is one line (module header)."""
     try:
-        cli.main(standalone_mode=False)
+        cli.main(prog_name="dsh-subagent", standalone_mode=False)
     except click.exceptions.Abort:
         sys.exit(130)
-    except click.ClickException as err:
-        err.show()
-        sys.exit(err.exit_code)
-    except SubagentError as err:
-        click.echo(f"error: {err}", err=True)
+    except click.exceptions.NoArgsIsHelpError as err:  # bare ``dsh-subagent``: the help
+        click.echo(err.format_message())
         sys.exit(2)
+    except click.UsageError as err:
+        hint = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
+        _fail("USAGE", err.format_message() + hint, 2)
+    except click.ClickException as err:
+        _fail("ERROR", err.format_message(), 1)
+    except SubagentError as err:
+        _fail(err.code.value, _message(err), 1)
+    except MissingExtra as err:
+        _fail("MISSING_EXTRA", str(err), 2)

@@ -16,12 +16,18 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from rich.text import Text
 from rich.tree import Tree
+
+from dsh_subagent.core.extras import MissingExtra
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+except ImportError as missing:  # pragma: no cover - exercised without the otel extra
+    raise MissingExtra("dsh-subagent demo --trace", "opentelemetry-sdk", "otel") from missing
 
 _SHOWN = (
     ("gen_ai.agent.id", "id"),

@@ -40,6 +40,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from dsh_subagent.core.extras import MissingExtra
+
 OFF = "off"
 
 
@@ -100,12 +102,6 @@ class VerifyRun:
         )
 
 
-class MissingExtra(click.ClickException):
-    """An optional dependency the command needs is not installed (exit status 2)."""
-
-    exit_code = 2
-
-
 def require_hypothesis() -> None:
     """Raise ``MissingExtra`` naming the ``verify`` extra unless Hypothesis imports."""
     try:
@@ -113,7 +109,7 @@ def require_hypothesis() -> None:
     except ModuleNotFoundError as err:
         if err.name != "hypothesis":
             raise
-        raise MissingExtra("verify needs Hypothesis: pip install 'dsh-subagent[verify]'") from err
+        raise MissingExtra("dsh-subagent verify", "hypothesis", "verify") from err
 
 
 @contextlib.contextmanager

@@ -16,10 +16,14 @@ Theory of operation
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
-from typing import Final, NewType, TypeAlias
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final, NewType, TypeAlias, TypeVar, cast
 
 import attrs
+
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+
+T = TypeVar("T")
 
 SessionId = NewType("SessionId", str)
 MessageId = NewType("MessageId", str)
@@ -379,6 +383,39 @@ class SubagentResult:
     def text(self) -> str:
         """The output's text blocks joined: the child's final answer as plain text."""
         return output_text(self.output)
+
+    # ``Callable[..., T]``: any class or factory, whatever its parameters (the one explicit Any).
+    def output_as(self, kind: Callable[..., T]) -> T:  # type: ignore[explicit-any]
+        """The structured value (the run's ``output_schema`` answer) as an instance of ``kind``.
+
+        A class with ``model_validate`` (a pydantic model) validates the value; otherwise a
+        JSON object becomes ``kind(**value)`` (an attrs class, a dataclass, a ``TypedDict``)
+        and any other value ``kind(value)``. A run without a structured value, or a value
+        ``kind`` refuses (``TypeError`` or ``ValueError``, which pydantic's errors are), is an
+        ``INVALID_ARGUMENT`` ``SubagentError`` naming ``structured``.
+        """
+        if not self.has_structured:
+            raise SubagentError(
+                ErrorCode.INVALID_ARGUMENT,
+                "structured: the run has no structured value (start it with an output_schema)",
+                field="structured",
+            )
+        value = self.structured
+        validate = getattr(kind, "model_validate", None)
+        try:
+            if callable(validate):
+                return cast(T, validate(value))
+            if isinstance(value, Mapping):
+                return kind(**value)
+            return kind(value)
+        except (TypeError, ValueError) as err:
+            name = getattr(kind, "__name__", repr(kind))
+            raise SubagentError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"structured: the value does not fit {name}: {err}",
+                field="structured",
+                cause=err,
+            ) from err
 
 
 # --------------------------------------------------------------------------- descriptor

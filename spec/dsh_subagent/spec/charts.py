@@ -11,6 +11,8 @@ Theory of operation
 3. Charts are strict: an event without a transition raises ``TransitionNotAllowed``
    (``allow_event_without_transition = False``) and callback errors propagate.
 4. ``edges(chart)`` lists ``(source, event, target)`` triples for comparison and diagrams.
+5. python-statemachine comes with the ``spec`` extra; without it, importing the charts raises
+   ``MissingExtra`` naming that extra.
 """
 
 from __future__ import annotations
@@ -18,9 +20,14 @@ from __future__ import annotations
 import operator
 from functools import reduce
 
-from statemachine import State, StateChart
-from statemachine.states import States
-from statemachine.transition_list import TransitionList
+from dsh_subagent.core.extras import MissingExtra
+
+try:
+    from statemachine import State, StateChart
+    from statemachine.states import States
+    from statemachine.transition_list import TransitionList
+except ModuleNotFoundError as err:  # the base install has no python-statemachine
+    raise MissingExtra("dsh_subagent.spec's charts", "python-statemachine", "spec") from err
 
 from dsh_subagent.core.activity import ActivityPhase
 from dsh_subagent.core.jobs import ABSENT, JobStatus

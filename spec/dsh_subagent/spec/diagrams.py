@@ -12,10 +12,12 @@ Theory of operation
 from __future__ import annotations
 
 from pathlib import Path
-
-from statemachine import StateChart
+from typing import TYPE_CHECKING
 
 from dsh_subagent.spec.charts import CHARTS
+
+if TYPE_CHECKING:
+    from statemachine import StateChart
 
 
 def render(chart: type[StateChart[object]]) -> str:

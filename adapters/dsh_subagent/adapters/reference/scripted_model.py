@@ -9,21 +9,27 @@ Theory of operation
 2. A ``Gate`` lets a test hold a step at a known point without sleeping: ``reached()`` waits
    until a step arrives at the gate, ``open()`` releases it. A gated step also gives up when
    the turn's signal aborts, raising the abort reason (HARNESS-31).
-3. ``NullModel`` replies at once with a fixed text, for benchmarks.
-4. The helpers ``reply``, ``call_tool``, ``structured``, ``refuse``, ``hit_max_tokens`` and
+3. ``FunctionModel(fn)`` answers each step with ``fn(request)``, a plain or ``async``
+   function: a ``ModelStep`` (build one with the helpers below, e.g. ``call_tool``) or a
+   ``str`` (a text reply). What ``fn`` raises ends the turn with ``error``, as any model
+   failure does. Every request is recorded.
+4. ``NullModel`` replies at once with a fixed text, for benchmarks.
+5. The helpers ``reply``, ``call_tool``, ``structured``, ``refuse``, ``hit_max_tokens`` and
    ``fail`` build script items.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import attrs
 
 from dsh_subagent.adapters.protocols import ModelRequest, ModelStep, ToolCall
 from dsh_subagent.adapters.signals import race_abort
+from dsh_subagent.core.errors import invalid
 from dsh_subagent.core.values import DataBlock, JsonObject, JsonValue, TextBlock
 
 
@@ -132,6 +138,36 @@ class ScriptedModel:
         if isinstance(item, ModelFailure):
             raise RuntimeError(item.message)
         return item
+
+
+StepAnswer = ModelStep | str
+StepFunction = Callable[[ModelRequest], StepAnswer | Awaitable[StepAnswer]]
+
+
+class FunctionModel:
+    """Answers each step with ``fn(request)``: a ``ModelStep`` or a ``str`` (a text reply).
+
+    ``fn`` may be a plain or an ``async`` function; it sees the whole ``ModelRequest`` (the
+    agent's log, the visible tool names, the turn and step numbers). An answer of another
+    type fails the step with ``INVALID_ARGUMENT`` naming ``fn``.
+    """
+
+    def __init__(self, fn: StepFunction) -> None:
+        if not callable(fn):
+            raise invalid("fn", f"must be callable, got {type(fn).__name__}")
+        self._fn = fn
+        self.requests: list[ModelRequest] = []
+
+    async def step(self, request: ModelRequest) -> ModelStep:
+        self.requests.append(request)
+        answer = self._fn(request)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        if isinstance(answer, str):
+            return reply(answer)
+        if not isinstance(answer, ModelStep):
+            raise invalid("fn", f"returned {type(answer).__name__}, not a ModelStep or str")
+        return answer
 
 
 class NullModel:
