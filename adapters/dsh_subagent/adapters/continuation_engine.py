@@ -24,6 +24,9 @@ Theory of operation
    teardown failure (or None) when its end edge is performed. After the handle's disposal
    the child's store lease is given up (``release_lease``, LEASE-6): an Activation holds it
    from its grant to its release; a release that fails is logged and the lease expires.
+   Between the two, the disposal's own log tail (the cancel splice of whatever its inbox
+   still held, such as a settlement notice) is committed, so a discard is as durable as the
+   insertion it cancels (DUR-4).
 5. Notices and reports never stall teardown: a failing notice send is logged and dropped
    (NOTICE-14); a failing accounted send withdraws its id (RES-2).
 """
@@ -425,6 +428,7 @@ class Engine:
         except Exception as exc:
             live.failures.append(boundary_failure(Boundary.HANDLE, repr(exc)))
             boundaries.add(Boundary.HANDLE)
+        await self._commit_tail(live)
         await release_lease(live)
         parent = None if live.parent_session is None else self.agents.get(live.parent_session)
         status = AgentStatus.IDLE
@@ -441,6 +445,15 @@ class Engine:
                 parent_status=status,
             )
         )
+
+    async def _commit_tail(self, live: LiveChild) -> None:
+        """The disposal's own log tail (its inbox's cancel splice: a discarded notice stays
+        discarded after a restart) is written under the lease, before it is given up
+        (rule 4, DUR-4); a failure is logged."""
+        try:
+            await self.sessions.commit(live.handle.agent.session)
+        except Exception:
+            _log.warning("the disposal of %s was not persisted", live.child_id, exc_info=True)
 
     async def settle_tasks(self) -> None:
         """Wait until no teardown task is pending (tests and drains)."""

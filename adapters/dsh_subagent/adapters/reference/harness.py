@@ -55,7 +55,6 @@ from dsh_subagent.adapters.reference.session import (
     LiveSession,
     SessionStore,
     bind_persistence,
-    persist_tail,
 )
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.adapters.reference.tool_registry import ScopedTools, ToolRegistry
@@ -317,7 +316,7 @@ class ReferenceHarness:
         await attempt(self.registry.close())
         # Disposal itself writes (each inbox's cancel splice): persist that tail too.
         for session in sessions:
-            await attempt(persist_tail(self.persistence, session))
+            await attempt(self.store.commit(session))
         self._unbind()
         await attempt(self.persistence.close())
         return aggregate_branches("harness", failures)

@@ -17,11 +17,19 @@ Theory of operation
    (vetoable); ``leave`` emits ``session/disposed`` for announced entries, contained.
 4. ``flush(session)`` awaits every flush listener concurrently, then returns whether any
    participated, or raises the first failure (in listener order) once all settled
-   (HARNESS-19). ``bind_persistence`` adds a listener that writes the not-yet-persisted
-   suffix, creating the stored row on first flush; it forgets a session once the store
-   disposes of it, so a finished child's log is not kept alive by the binding.
+   (HARNESS-19). ``commit(session)`` is the same for a session that may have left the store
+   (a disposal's tail, DUR-4), started at the call and returned as a future.
 5. ``LogOverride`` reads a log-only policy override: the value of the last ``sandbox/mode`` or
    ``approval/policy`` event (HARNESS-27).
+6. ``bind_persistence`` returns a ``PersistenceBinding``, the flush listener that writes the
+   not-yet-persisted suffix, creating the stored row on the first write. Per session, at
+   most one write is in flight and one queued behind it; a flush or commit joins the queued
+   one (it starts when the one in flight ends and takes every event the log has then), so
+   concurrent commits of one session share a write. The stored length is known without a
+   read when the binding wrote the log or it was restored from this persistence; a failed
+   write forgets it (the next write asks). The binding holds sessions weakly: a finished
+   child's log is not kept alive by it, yet a commit after it left the store still knows
+   what is stored.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import math
 import posixpath
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
@@ -312,7 +321,16 @@ class SessionStore:
 
     async def flush(self, session: Session) -> bool:
         """Await every flush listener; True iff any participated (HARNESS-19)."""
-        live = self._live_entry(session).session
+        return await self._flushed(self._live_entry(session).session)
+
+    def commit(self, session: Session) -> asyncio.Future[bool]:
+        """``flush`` for a session that may have left the store already (rule 4): every
+        event it holds when this is called is durable once the future resolves True."""
+        if not isinstance(session, LiveSession):
+            raise invalid("session", "must be a session of this store")
+        return asyncio.ensure_future(self._flushed(session))
+
+    async def _flushed(self, live: LiveSession) -> bool:
         listeners = self._flush.listeners
         outcomes = await asyncio.gather(
             *(_call_listener(listener, live) for listener in listeners),
@@ -356,55 +374,118 @@ async def _call_listener(listener: Callable[[LiveSession], object], session: Liv
         await result
 
 
-def bind_persistence(store: SessionStore, persistence: SessionPersistence) -> Unsubscribe:
-    """Flush each session's not-yet-persisted events to ``persistence`` (HARNESS-19/23)."""
-    persisted: dict[SessionId, tuple[LiveSession, int]] = {}
-    locks: dict[SessionId, asyncio.Lock] = {}
+class PersistenceBinding:
+    """Writes a store's sessions to one persistence (rule 6); calling it unbinds it."""
 
-    async def write(session: LiveSession) -> None:
-        async with locks.setdefault(session.id, asyncio.Lock()):
-            known = persisted.get(session.id)
-            restored = session.restored_from
-            if known is not None and known[0] is session:
-                count = known[1]
-            elif restored is not None and restored[0] is persistence:
-                count = restored[1]
-            else:
-                count = await _stored_length(persistence, session)
-            if count > session.seq:
+    def __init__(
+        self, store: SessionStore, persistence: SessionPersistence, interval: float | None
+    ) -> None:
+        self._persistence = persistence
+        self._interval = interval
+        # Weak: a finished session's log is not kept alive by the binding (HARNESS-19), yet a
+        # commit after it left the store still knows what is stored (DUR-4).
+        self._logs: weakref.WeakKeyDictionary[LiveSession, _Log] = weakref.WeakKeyDictionary()
+        self._detachers = (
+            store.on_flush(self.write),
+            store.created.subscribe(self._observe),
+            store.disposed.subscribe(self._retire),
+        )
+
+    def __call__(self) -> None:
+        for detach in self._detachers:
+            detach()
+        for log in list(self._logs.values()):
+            log.quiet()
+
+    def write(self, session: LiveSession) -> Awaitable[None]:
+        """The flush listener: resolves once every event ``session`` holds now is stored.
+        Cancelling the awaiter never cancels the (shared) write."""
+        return asyncio.shield(self._request(session))
+
+    def _request(self, session: LiveSession) -> asyncio.Future[None]:
+        """The write queued behind the one in flight (it starts when that ends, and takes
+        every event the log has then), or a new one started now."""
+        log = self._log_of(session)
+        pending = log.queued
+        if pending is None:
+            pending = log.queued = asyncio.get_running_loop().create_future()
+            if log.running is None:
+                self._start(session, log)
+        return pending
+
+    def _log_of(self, session: LiveSession) -> _Log:
+        log = self._logs.get(session)
+        if log is None:
+            restored, known = session.restored_from, None
+            if restored is not None and restored[0] is self._persistence:
+                known = restored[1]
+            log = self._logs[session] = _Log(known)
+        return log
+
+    def _start(self, session: LiveSession, log: _Log) -> None:
+        done, log.queued = log.queued, None
+        assert done is not None
+        log.running = done
+        asyncio.get_running_loop().create_task(self._write(session, log, done))
+
+    async def _write(self, session: LiveSession, log: _Log, done: asyncio.Future[None]) -> None:
+        try:
+            if log.stored is None:
+                log.stored = await _stored_length(self._persistence, session)
+            if log.stored > session.seq:
                 raise SubagentError(
                     ErrorCode.CORRUPT_SESSION,
                     f"stored log of {session.id!r} is longer than the live log",
                     field="session",
                 )
-            persisted[session.id] = (session, await _store_after(persistence, session, count))
+            log.stored = await _store_after(self._persistence, session, log.stored)
+        except BaseException as error:  # the awaiters learn it; the next write asks again
+            log.stored = None
+            done.set_exception(error)
+            done.exception()  # retrieved: a write nobody awaits must not warn
+        else:
+            done.set_result(None)
+        finally:
+            log.running = None
+            if log.queued is not None:
+                self._start(session, log)
 
-    def forget(session: LiveSession) -> None:
-        # A disposed session is never flushed through the store again: holding its entry
-        # would keep its whole log alive for the life of the store.
-        known = persisted.get(session.id)
-        if known is not None and known[0] is session:
-            del persisted[session.id]
-        lock = locks.get(session.id)
-        if lock is not None and not lock.locked():
-            del locks[session.id]
+    def _observe(self, session: LiveSession) -> None:
+        """Announced sessions are written as they grow (DUR-2)."""
 
-    detachers = (store.on_flush(write), store.disposed.subscribe(forget))
-
-    def unbind() -> None:
-        for detach in detachers:
-            detach()
-
-    return unbind
+    def _retire(self, session: LiveSession) -> None:
+        log = self._logs.get(session)
+        if log is not None:
+            log.quiet()
 
 
-async def persist_tail(persistence: SessionPersistence, session: LiveSession) -> None:
-    """Write whatever of ``session``'s log is not stored yet, even after it left the store.
+@attrs.define(eq=False)
+class _Log:
+    """What the binding knows of one session: the stored length (None: ask), the write in
+    flight and the one queued behind it."""
 
-    A host's last write at shutdown: events appended while agents were being disposed (the
-    disposal cancel of their inboxes, HARNESS-18) happen after the final flush could run.
-    """
-    await _store_after(persistence, session, await _stored_length(persistence, session))
+    stored: int | None
+    running: asyncio.Future[None] | None = None
+    queued: asyncio.Future[None] | None = None
+    timer: asyncio.TimerHandle | asyncio.Handle | None = None
+    unobserve: Unsubscribe | None = None
+
+    def quiet(self) -> None:
+        """Stop writing as the log grows (a disposed session, an unbound store)."""
+        if self.unobserve is not None:
+            self.unobserve()
+            self.unobserve = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+def bind_persistence(
+    store: SessionStore, persistence: SessionPersistence, *, interval: float | None = None
+) -> PersistenceBinding:
+    """Write each session's not-yet-persisted events to ``persistence`` (HARNESS-19/23,
+    rule 6); the result unbinds when called."""
+    return PersistenceBinding(store, persistence, interval)
 
 
 async def _store_after(persistence: SessionPersistence, session: LiveSession, count: int) -> int:
