@@ -28,7 +28,10 @@ Theory of operation
    still held, such as a settlement notice) is committed, so a discard is as durable as the
    insertion it cancels (DUR-4).
 5. Notices and reports never stall teardown: a failing notice send is logged and dropped
-   (NOTICE-14); a failing accounted send withdraws its id (RES-2).
+   (NOTICE-14); a failing accounted send withdraws its id (RES-2). A sent notice is
+   committed with its parent's session in the send's span (DUR-1); the child's release
+   future resolves once that commit did (a failed one is logged), so a drain returns with
+   every notice it caused in the store.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import TypeAlias, assert_never
 
 import attrs
 
+from dsh_subagent.adapters.durability import Accepted, accepted, confirm
 from dsh_subagent.adapters.protocols import (
     AgentHandle,
     AgentRegistry,
@@ -171,6 +175,8 @@ class Engine:
         self._ids = ids
         self._event_ids = itertools.count()
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Settlement notices sent and not yet stored, by the child that settled (rule 5).
+        self._notices: dict[SessionId, Accepted] = {}
 
     def event_id(self) -> EventId:
         return EventId(f"ev-{next(self._event_ids)}")
@@ -228,10 +234,11 @@ class Engine:
         content: Content,
         source: MessageSource,
         authority: Callable[[], FollowupAuthority],
-    ) -> MessageId | Routed:
-        """One routing pass, a no-await span: admit, authorize, account, send (CONT-16).
+    ) -> Accepted | Routed:
+        """One routing pass, a no-await span: admit, authorize, account, send (CONT-16),
+        and start committing the child's session (DUR-1).
 
-        Returns the accepted id, or what the requester must do instead (CONT-14, CONT-15).
+        Returns the acceptance, or what the requester must do instead (CONT-14, CONT-15).
         """
         message = UserMessage(self.message_id(), content, source)
         self.outbox[message.id] = message
@@ -243,7 +250,8 @@ class Engine:
         assert isinstance(routed, Routed)
         if routed is Routed.DELIVERED:
             self.dispatch(MessageAccepted(self.event_id(), child_id, message.id))
-            return message.id
+            session = self.children[child_id].handle.agent.session
+            return accepted(self.sessions, session, message.id)
         return routed
 
     def drain(self, event: DrainRequested) -> list[asyncio.Future[SubagentError | None]]:
@@ -297,6 +305,9 @@ class Engine:
                 sends[effect.route](message)
         except Exception:
             _log.warning("settlement notice was not delivered to %s", parent.id, exc_info=True)
+            return
+        sender = effect.source.sender_session_id
+        self._notices[sender] = accepted(self.sessions, parent.session, message.id)
 
     def _deliver_report(self, effect: DeliverReport) -> None:
         """Send a framed report; a failing send is PARENT_UNAVAILABLE (CONT-31)."""
@@ -371,6 +382,22 @@ class Engine:
                 self._emit(SUBAGENT_END, end)
             except Exception:
                 _log.warning("subagent/end for %s was not published", live.child_id, exc_info=True)
+        notice = self._notices.pop(live.child_id, None)
+        if notice is None:
+            if not live.released.done():
+                live.released.set_result(failure)
+            return
+        self._spawn(self._release_when_stored(live, notice, failure))
+
+    async def _release_when_stored(
+        self, live: LiveChild, notice: Accepted, failure: SubagentError | None
+    ) -> None:
+        """The release resolves once the settlement notice is in the parent's stored log
+        (rule 5, DUR-1); a failed commit is logged, the notice stays delivered in memory."""
+        try:
+            await confirm(notice)
+        except SubagentError:
+            _log.warning("settlement notice of %s is not durable", live.child_id, exc_info=True)
         if not live.released.done():
             live.released.set_result(failure)
 

@@ -324,11 +324,32 @@ class SessionStore:
         return await self._flushed(self._live_entry(session).session)
 
     def commit(self, session: Session) -> asyncio.Future[bool]:
-        """``flush`` for a session that may have left the store already (rule 4): every
-        event it holds when this is called is durable once the future resolves True."""
+        """``flush`` for a session that may have left the store already (rule 4): the
+        listeners are called now, and every event the session holds now is durable once the
+        future resolves True."""
         if not isinstance(session, LiveSession):
             raise invalid("session", "must be a session of this store")
-        return asyncio.ensure_future(self._flushed(session))
+        listeners = self._flush.listeners
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[bool] = loop.create_future()
+        if not listeners:
+            outcome.set_result(False)
+            return outcome
+        waits = asyncio.gather(
+            *(_listened(listener, session) for listener in listeners), return_exceptions=True
+        )
+
+        def settle(done: asyncio.Future[list[object]]) -> None:
+            if outcome.done():
+                return
+            failures = [each for each in done.result() if isinstance(each, BaseException)]
+            if failures:  # the first, in listener order, once all settled (as ``flush``)
+                outcome.set_exception(failures[0])
+            else:
+                outcome.set_result(True)
+
+        waits.add_done_callback(settle)
+        return outcome
 
     async def _flushed(self, live: LiveSession) -> bool:
         listeners = self._flush.listeners
@@ -366,6 +387,21 @@ class LogOverride:
                 value = data.get(self.key) if isinstance(data, Mapping) else None
                 return value if isinstance(value, str) else None
         return None
+
+
+def _listened(listener: Callable[[LiveSession], object], session: LiveSession) -> Awaitable[object]:
+    """Call ``listener`` now; what it returned (or raised) as something to await."""
+    try:
+        result = listener(session)
+    except Exception as error:
+        failed: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        failed.set_exception(error)
+        return failed
+    if isinstance(result, Awaitable):
+        return result
+    done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    done.set_result(result)
+    return done
 
 
 async def _call_listener(listener: Callable[[LiveSession], object], session: LiveSession) -> None:
