@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -325,6 +325,56 @@ def test_dur_3_acceptances_of_one_tick_share_one_commit(tmp_path: Path) -> None:
         assert 1 <= len(commits) <= 3  # one batch per tick, not one per message
         for gate in gates.values():
             gate.open()
+        await harness.close()
+
+    run(main)
+
+
+# --------------------------------------------------------------------------- the growing log
+
+
+class NotifyingSqlite(SqlitePersistence):
+    """SQLite persistence that signals after every append it stored."""
+
+    written: asyncio.Event | None = None
+
+    async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
+        await super().append(session_id, events)
+        if self.written is not None:
+            self.written.set()
+
+
+def test_dur_2_a_running_childs_log_reaches_the_store_while_it_runs(tmp_path: Path) -> None:
+    """The child's model step is held: its turn and claimed prompt are stored before it ends
+    (no flush was asked for), and the final flush stays a barrier."""
+    db = tmp_path / "s.db"
+    models = Models()
+
+    async def main() -> None:
+        gate = Gate()
+        models.of(P).extend([Gated(gate, reply("done"))])
+        persistence = await NotifyingSqlite.open(db)
+        assert isinstance(persistence, NotifyingSqlite)
+        persistence.written = asyncio.Event()
+        harness = ReferenceHarness(persistence, models, write_interval=0)
+        root = await harness.create_agent("root")
+        spec = ContinuableStartSpec("spawn", "w", root, (TextBlock("go"),), child_id=P)
+        started = await harness.service.start_continuable(spec)
+        await gate.reached()
+        child = harness.registry.get(P)
+        assert child is not None
+        target = child.session.seq  # turn/start, the claim, step/start, user/message
+        while True:
+            persistence.written.clear()  # before the read: a write during it is not missed
+            if (await persistence.revision(P) or 0) >= target:
+                break
+            await persistence.written.wait()
+        stored = (await persistence.inspect(P)).events
+        assert [started.message_id] == [m["id"] for m in _messages(stored, "claimed")]
+        assert stored[-1].type == USER_MESSAGE  # mid-step: the turn has not ended
+        gate.open()
+        await harness.service.drain_continuable()
+        assert (await persistence.inspect(P)).events == child.session.events  # the barrier
         await harness.close()
 
     run(main)

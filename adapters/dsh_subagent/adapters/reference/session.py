@@ -27,7 +27,12 @@ Theory of operation
    one (it starts when the one in flight ends and takes every event the log has then), so
    concurrent commits of one session share a write. The stored length is known without a
    read when the binding wrote the log or it was restored from this persistence; a failed
-   write forgets it (the next write asks). The binding holds sessions weakly: a finished
+   write forgets it (the next write asks). An announced session whose stored length is
+   known is also written as it grows: an append schedules a write ``interval`` seconds
+   later (default 5 ms; ``0`` the next tick) unless one is due or queued, and the writes of
+   one tick share one commit in a batching backend (DUR-2, DUR-3); a growth write that
+   fails is not reported, the next flush (a barrier: it awaits what is queued, then writes
+   the rest) finds whether the log is stored. The binding holds sessions weakly: a finished
    child's log is not kept alive by it, yet a commit after it left the store still knows
    what is stored.
 """
@@ -63,6 +68,8 @@ from dsh_subagent.core.values import (
 )
 
 Clock = Callable[[], float]
+DEFAULT_WRITE_INTERVAL: Final = 0.005
+"""Seconds a growing log waits before its new events are written (rule 6, DUR-2)."""
 _CHECKED_TYPES: set[str] = set()  # event types already accepted by ``require_str``
 Observer = Callable[["LiveSession", SessionEvent], object]
 FlushListener = Callable[["LiveSession"], Awaitable[None] | None]
@@ -461,6 +468,9 @@ class PersistenceBinding:
     def _start(self, session: LiveSession, log: _Log) -> None:
         done, log.queued = log.queued, None
         assert done is not None
+        if log.timer is not None:  # this write takes everything the log has now
+            log.timer.cancel()
+            log.timer = None
         log.running = done
         asyncio.get_running_loop().create_task(self._write(session, log, done))
 
@@ -487,7 +497,30 @@ class PersistenceBinding:
                 self._start(session, log)
 
     def _observe(self, session: LiveSession) -> None:
-        """Announced sessions are written as they grow (DUR-2)."""
+        """An announced session is written as it grows (rule 6, DUR-2)."""
+        if self._interval is None:
+            return
+        log = self._log_of(session)
+        if log.unobserve is None:
+            log.unobserve = session.observe(lambda _event: self._grew(session, log))
+
+    def _grew(self, session: LiveSession, log: _Log) -> None:
+        if log.timer is not None or log.queued is not None or log.stored is None:
+            return  # a write is due or queued already; or the stored length is not known
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop: the next flush writes it
+            return
+        interval = self._interval
+        assert interval is not None
+        if interval == 0:
+            log.timer = loop.call_soon(self._due, session, log)
+        else:
+            log.timer = loop.call_later(interval, self._due, session, log)
+
+    def _due(self, session: LiveSession, log: _Log) -> None:
+        log.timer = None
+        self._request(session)  # a failure is kept for the next flush to find
 
     def _retire(self, session: LiveSession) -> None:
         log = self._logs.get(session)
@@ -517,10 +550,22 @@ class _Log:
 
 
 def bind_persistence(
-    store: SessionStore, persistence: SessionPersistence, *, interval: float | None = None
+    store: SessionStore,
+    persistence: SessionPersistence,
+    *,
+    interval: float | None = DEFAULT_WRITE_INTERVAL,
 ) -> PersistenceBinding:
     """Write each session's not-yet-persisted events to ``persistence`` (HARNESS-19/23,
-    rule 6); the result unbinds when called."""
+    rule 6): at every flush and commit, and, for announced sessions, as the log grows, at
+    most ``interval`` seconds after an append (``0``: the next loop tick; ``None``: only at
+    flushes and commits). The result unbinds when called."""
+    if interval is not None and (
+        isinstance(interval, bool)
+        or not isinstance(interval, int | float)
+        or not math.isfinite(interval)
+        or interval < 0
+    ):
+        raise invalid("interval", "must be a number of seconds >= 0, or None")
     return PersistenceBinding(store, persistence, interval)
 
 
