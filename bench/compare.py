@@ -190,7 +190,7 @@ def commands(peers: Path | None, peers_dir: Path, quick: bool) -> dict[str, list
     sized = ["--n", "200", "--warmup", "20", "--fanout", "100", "--convs", "20", "--turns", "3"]
     ours = [sys.executable, "-m", "bench.workloads"]
     if quick:
-        ours += [*sized, "--tree", "100,1000", "--cycles", "200"]
+        ours += [*sized, "--tree", "100,1000", "--cycles", "200", "--acc-messages", "200"]
     result = {OURS: ours}
     if peers is not None:
         for system in (FLOOR, *PEERS):
@@ -233,6 +233,10 @@ def figures_of(system: str, result: Mapping[str, object]) -> dict[str, float | N
             found["W4_gc_10k_ms"] = _at(drains, sizes[-1], "gc_ms")
             found["W4_scaling_10k_over_1k"] = large / small if large and small else None
         found["W5_core_events_per_s"] = _at(result, "W5_core", "events_per_s")
+        for name in ("ACC_1", "ACC_10", "ACC_100", "ACC_sqlite_floor"):
+            found[f"{name}_us_median"] = _at(result, name, "median_us")
+            found[f"{name}_us_p99"] = _at(result, name, "p99_us")
+            found[f"{name}_msgs_per_s"] = _at(result, name, "msgs_per_s")
     return found
 
 

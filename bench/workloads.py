@@ -25,7 +25,9 @@ Theory of operation
    It also records the time CPython's cyclic garbage collector took during the drain.
 6. W5 pushes ``bench/core_scaling.py``'s event stream (10 events per child life) through the
    pure ``manager.apply`` over a manager already holding live Activations; events per second.
-7. Run from the repository root as ``python -m bench.workloads [--only W1,...]``, it prints
+7. ACC (``bench/acceptance.py``) times a follow-up from the call to its durable
+   acknowledgement at 1, 10 and 100 concurrent senders, beside a bare SQLite insert+commit.
+8. Run from the repository root as ``python -m bench.workloads [--only W1,...]``, it prints
    one JSON line, like the peers' scripts; ``bench/run`` calls it that way. The functions
    are also called at a tiny size by ``tests/bench/test_bench_smoke.py`` so they cannot rot.
 """
@@ -47,6 +49,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Final
 
+from bench.acceptance import acceptance
 from bench.core_scaling import cycle_events, filled_manager
 from bench.world import (
     Barrier,
@@ -346,6 +349,8 @@ async def run_all(args: argparse.Namespace) -> JsonDict:
         result["W4_drain"] = {str(size): await w4(size) for size in args.tree}
     if "W5" in only:
         result["W5_core"] = w5(args.live, args.cycles)
+    if "ACC" in only:
+        result.update(await acceptance(args.acc_messages))
     return result
 
 
@@ -361,7 +366,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--live", type=int, default=1000, help="live Activations (W5)")
     parser.add_argument("--cycles", type=int, default=2000, help="child lives of 10 events (W5)")
-    parser.add_argument("--only", default="W1,W2,W3,W4,W5")
+    parser.add_argument(
+        "--acc-messages", type=int, default=2000, help="follow-ups per sender count (ACC)"
+    )
+    parser.add_argument("--only", default="W1,W2,W3,W4,W5,ACC")
     parser.add_argument("--w2", choices=W2_VARIANTS, help="run one W2 variant in this process")
     return parser.parse_args(argv)
 
