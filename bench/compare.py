@@ -193,7 +193,7 @@ def commands(peers: Path | None, peers_dir: Path, quick: bool) -> dict[str, list
     ours = [sys.executable, "-m", "bench.workloads"]
     if quick:
         ours += [*sized, "--tree", "100,1000", "--cycles", "200", "--chain", "50,200"]
-        ours += ["--wide", "50,200"]
+        ours += ["--wide", "50,200", "--acc-messages", "200"]
     result = {OURS: ours}
     if peers is not None:
         for system in (FLOOR, *PEERS):
@@ -238,6 +238,10 @@ def figures_of(system: str, result: Mapping[str, object]) -> dict[str, float | N
         found["W5_core_events_per_s"] = _at(result, "W5_core", "events_per_s")
         found.update(_shape_figures("W6", result.get("W6_chain")))
         found.update(_shape_figures("W7", result.get("W7_wide")))
+        for name in ("ACC_1", "ACC_10", "ACC_100", "ACC_sqlite_floor"):
+            found[f"{name}_us_median"] = _at(result, name, "median_us")
+            found[f"{name}_us_p99"] = _at(result, name, "p99_us")
+            found[f"{name}_msgs_per_s"] = _at(result, name, "msgs_per_s")
     return found
 
 

@@ -31,6 +31,8 @@ Theory of operation
    live tree added per child, at two sizes, each in a fresh interpreter (``--shape``) so that
    memory freed by one size cannot hide the next one's: cost and memory per child should
    not grow with the size.
+8. ACC (``bench/acceptance.py``) times a follow-up from the call to its durable
+   acknowledgement at 1, 10 and 100 concurrent senders, beside a bare SQLite insert+commit.
 8. Run from the repository root as ``python -m bench.workloads [--only W1,...]``, it prints
    one JSON line, like the peers' scripts; ``bench/run`` calls it that way. The functions
    are also called at a tiny size by ``tests/bench/test_bench_smoke.py`` so they cannot rot.
@@ -53,6 +55,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Final
 
+from bench.acceptance import acceptance
 from bench.core_scaling import cycle_events, filled_manager
 from bench.world import (
     Barrier,
@@ -418,6 +421,8 @@ async def run_all(args: argparse.Namespace) -> JsonDict:
         result["W6_chain"] = {str(n): shape_in_fresh_interpreter("chain", n) for n in args.chain}
     if "W7" in only:
         result["W7_wide"] = {str(n): shape_in_fresh_interpreter("wide", n) for n in args.wide}
+    if "ACC" in only:
+        result.update(await acceptance(args.acc_messages))
     return result
 
 
@@ -437,7 +442,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cycles", type=int, default=2000, help="child lives of 10 events (W5)")
     parser.add_argument("--chain", type=_sizes, default=[1000, 10000], help="depths (W6)")
     parser.add_argument("--wide", type=_sizes, default=[1000, 10000], help="children (W7)")
-    parser.add_argument("--only", default="W1,W2,W3,W4,W5,W6,W7")
+    parser.add_argument(
+        "--acc-messages", type=int, default=2000, help="follow-ups per sender count (ACC)"
+    )
+    parser.add_argument("--only", default="W1,W2,W3,W4,W5,W6,W7,ACC")
     parser.add_argument("--w2", choices=W2_VARIANTS, help="run one W2 variant in this process")
     parser.add_argument("--shape", choices=SHAPES, help="run one W6/W7 size in this process")
     parser.add_argument("--size", type=int, default=1000, help="children of --shape")

@@ -20,8 +20,10 @@ from dsh_subagent.core.residency import ActivationState
 from dsh_subagent.core.values import (
     DESCRIPTOR_EVENT,
     END_SEED,
+    INBOX_SPLICED,
     TURN_END,
     TURN_START,
+    USER_MESSAGE,
     USER_SOURCE,
     AgentOptions,
     BaseSource,
@@ -65,15 +67,20 @@ async def _code(awaitable: object) -> ErrorCode:
 def test_cont_8_start_resolves_at_inbox_acceptance_before_the_turn() -> None:
     async def main() -> None:
         h = Harness()
+        gate = Gate()
+        h.script("c1", Gated(gate, reply("answer")))
         root = await h.root()
         started = await h.manager.start_continuable(h.spec(root, "do it", child_id="c1"))
         child = h.agents.get(C)
         assert child is not None
         assert started.child_id == C
-        assert child.pending() == (started.message_id,)
-        assert not any(e.type == TURN_START for e in child.session.events)
+        # Write-ahead acceptance (DUR-1): it resolves once the accepted prompt is stored, so
+        # the turn may have claimed it already; the turn's model step is still held.
+        assert await stored_inserted_ids(h, C) == [started.message_id]
         assert h.manager.activation_state(C) is ActivationState.RUNNING
+        gate.open()
         await h.quiet()
+        assert [m.id for m in user_messages(child)] == [started.message_id]
 
     run(main)
 
@@ -396,6 +403,18 @@ def test_cont_19_cold_resume_reapplies_persona_and_tool_filter() -> None:
     run(main)
 
 
+async def stored_inserted_ids(h: Harness, child_id: str) -> list[str]:
+    """The message ids the stored log of ``child_id`` has inserted into its inbox."""
+    assert h.persistence is not None
+    record = await h.persistence.inspect(SessionId(child_id))
+    return [
+        message["id"]  # type: ignore[call-overload, index, misc]
+        for event in record.events
+        if event.type == INBOX_SPLICED
+        for message in event.data["inserted"]  # type: ignore[call-overload, index, union-attr]
+    ]
+
+
 def test_cont_21_followup_returns_only_the_accepted_message_id() -> None:
     async def main() -> None:
         h = Harness()
@@ -405,9 +424,12 @@ def test_cont_21_followup_returns_only_the_accepted_message_id() -> None:
         assert child is not None
         message_id = await h.followup(root, "c1", "two")
         assert isinstance(message_id, str)
-        assert message_id in child.pending()
+        assert message_id in await stored_inserted_ids(h, C)  # durable when returned (DUR-1)
         await h.quiet()
-        assert message_id in [m.id for m in user_messages(child)]
+        assert h.persistence is not None
+        record = await h.persistence.inspect(C)
+        claimed = [e.data["message"]["id"] for e in record.events if e.type == USER_MESSAGE]  # type: ignore[index, call-overload]
+        assert claimed.count(message_id) == 1
 
     run(main)
 

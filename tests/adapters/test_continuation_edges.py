@@ -128,7 +128,9 @@ def test_evt_11_resumed_epoch_without_a_turn_does_not_report_the_previous_answer
     async def main() -> None:
         h = Harness()
         root = await h.root()
-        h.script("c1", reply("first answer"))
+        # The resumed turn is held before its answer (a follow-up returns once it is durable,
+        # by which time the resumed turn may have begun).
+        h.script("c1", reply("first answer"), Gated(Gate(), reply("second answer")))
         await h.start(root, "c1")
         await h.quiet()
         await h.followup(root, "c1", "again")

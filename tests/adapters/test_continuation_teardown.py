@@ -12,6 +12,7 @@ from dsh_subagent.adapters.continuation import (
     ReportDelivery,
     UserInterruptAuthority,
 )
+from dsh_subagent.adapters.durability import DurabilityFailed
 from dsh_subagent.adapters.providers.base import ContinuableCreateRequest, ContinuableCreateSpec
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, fail, hit_max_tokens, reply
 from dsh_subagent.adapters.signals import AbortController, Scope
@@ -394,8 +395,15 @@ def test_tear_4_unconfirmed_or_failed_flush_is_reported_not_retained() -> None:
             raise OSError("disk gone")
 
         h.store.on_flush(broken)
-        await h.start(root, "c2")
+        # The prompt is accepted in this process but not durable: the start says so (DUR-1).
+        with pytest.raises(DurabilityFailed) as raised:
+            await h.start(root, "c2")
+        assert raised.value.code is ErrorCode.DURABILITY_FAILED
+        child = h.agents.get(SessionId("c2"))
+        assert child is not None
         await h.quiet()
+        # Accepted in this process all the same: the child ran it.
+        assert raised.value.message_id in [m.id for m in user_messages(child)]
         assert h.ends()[-1].durability_failed
         assert h.ends()[-1].stop_reason is KnownStop.COMPLETED
 
@@ -486,7 +494,8 @@ def test_race_followup_during_disposal_waits_for_release_then_cold_resumes() -> 
     async def main() -> None:
         h = Harness()
         latch = Latch()
-        h.store.on_flush(lambda _session: latch.hold())
+        # Only the final flush holds (acceptance commits pass: DUR-1).
+        h.store.on_flush(lambda _s: latch.hold() if h.manager.activation_state(C) is None else None)
         root = await h.root()
         first = await h.start(root, "c1")
         await latch.reached.wait()  # c1 settled; its disposal holds at the final flush

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench import compare, workloads
+from bench.acceptance import acceptance
 
 
 def test_w1_sequential_delegations_and_the_task_floor_are_summarized() -> None:
@@ -215,6 +216,11 @@ def test_quick_run_of_ours_alone_writes_the_issue_shape_with_the_peers_absent(
                 "kib_10k_over_1k",
             )
         ),
+        *(
+            f"ACC_{name}_{figure}"
+            for name in ("1", "10", "100", "sqlite_floor")
+            for figure in ("us_median", "us_p99", "msgs_per_s")
+        ),
     }
     assert all(set(by_system) == {"ours"} for by_system in latest["workloads"].values())
     assert "asyncio_floor absent: not requested (--no-peers)" in capsys.readouterr().out
@@ -240,3 +246,12 @@ def test_profile_reports_the_top_entries_of_each_workload(
         patch.setattr(sys, "argv", argv)
         profile.main()
     assert heading in capsys.readouterr().out
+
+
+def test_acc_acceptance_latency_and_the_sqlite_floor_are_summarized() -> None:
+    result = asyncio.run(acceptance(20, (1, 4)))
+    assert set(result) == {"ACC_1", "ACC_4", "ACC_sqlite_floor"}
+    for figures in result.values():
+        assert isinstance(figures, dict)
+        assert figures["n"] == 20
+        assert figures["msgs_per_s"] > 0

@@ -24,7 +24,9 @@ Theory of operation
    A child held by another harness: the cold resume hands back the core's ``PostToMailbox``
    and the follow-up is accepted into the child's durable mailbox (``continuation_mailbox``,
    DUR-20); if the store finds the child free by then, the follow-up routes again.
-4. ``interrupt`` and ``report_from`` are synchronous single dispatches (CONT-23, CONT-30).
+4. ``interrupt`` and ``report_from`` are synchronous single dispatches (CONT-23, CONT-30);
+   ``report_from_durably`` is the report's durable form (rule 8), which the ``report`` tool
+   awaits.
 5. Drains dispatch one drain event (the disposal cutoff, cancelling top-down in one step),
    which hands back the targets to await (the core's ``AwaitBranches``), wait for in-flight
    materializations in their scope, then await those targets and raise one aggregate
@@ -33,6 +35,11 @@ Theory of operation
 7. Every public call validates its arguments first, against the manager's ``Limits``
    (``core.limits``: child ids, content, the start spec), and works on the validated,
    deep-frozen content from then on (DESIGN decision 10).
+8. Write-ahead acceptance (``durability``, DESIGN decision 5): each acceptance starts the
+   commit of the session it went into in its own span (the engine's ``submit``); a start or
+   follow-up returns its message id only once that commit resolved, awaited after the
+   admission and outside the per-child lock, so the commits of many callers share writes.
+   A failed commit raises ``DurabilityFailed`` carrying the id (DUR-1).
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ from dsh_subagent.adapters.continuation_types import (
     check_start_spec,
     refuse_authority,
 )
+from dsh_subagent.adapters.durability import Accepted, accepted, confirm
 from dsh_subagent.adapters.frozen_json import freeze_content
 from dsh_subagent.adapters.protocols import (
     Agent,
@@ -131,7 +139,7 @@ class _Queued:
     source: MessageSource
     authority: ParentAgent | UserGrant
     signal: AbortSignal | None
-    outcome: MessageId | Exception | None = None
+    outcome: Accepted | Exception | None = None
 
 
 class ContinuationManager:
@@ -200,9 +208,9 @@ class ContinuationManager:
         """Create a continuable child; resolve once its prompt is accepted (CONT-1..CONT-12)."""
         checked = check_start_spec(spec, self._limits)
         check_aborted(checked.signal, "spec.signal")
-        started = await self._creator.start(checked)
-        self._deliver_queued(started.child_id)  # still the acceptance's span (rule 3)
-        return started
+        acceptance = await self._creator.start(checked)
+        self._deliver_queued(acceptance.session_id)  # still the acceptance's span (rule 3)
+        return ContinuableStart(acceptance.session_id, await confirm(acceptance))
 
     async def followup(
         self,
@@ -226,13 +234,14 @@ class ContinuationManager:
         try:
             with self._tracing.followup(child_id):
                 async with self._locks.locked(child_id):
-                    return await self._route(child_id, queued)
+                    acceptance = await self._route(child_id, queued)
         finally:
             queue.remove(queued)
             if not queue:
                 del self._queued[child_id]
+        return await confirm(acceptance)  # outside the lock: commits share writes (rule 8)
 
-    async def _route(self, child_id: SessionId, queued: _Queued) -> MessageId:
+    async def _route(self, child_id: SessionId, queued: _Queued) -> Accepted:
         """Routing passes under the held lock, until this follow-up is accepted (rule 3)."""
         while queued.outcome is None:
             check_aborted(queued.signal)
@@ -258,7 +267,7 @@ class ContinuationManager:
             raise queued.outcome
         return queued.outcome
 
-    def _submit(self, child_id: SessionId, queued: _Queued) -> MessageId | Routed:
+    def _submit(self, child_id: SessionId, queued: _Queued) -> Accepted | Routed:
         return self._engine.submit(
             child_id,
             queued.content,
@@ -311,6 +320,31 @@ class ContinuationManager:
         signal: AbortSignal | None = None,
     ) -> MessageId:
         """A resident child's report to its durable parent, in one no-await span (CONT-30)."""
+        return self._report(child, content, delivery, signal)[0]
+
+    async def report_from_durably(
+        self,
+        child: Agent,
+        content: Content,
+        *,
+        delivery: ReportDelivery,
+        signal: AbortSignal | None = None,
+    ) -> MessageId:
+        """``report_from``, returning once the report is in the parent's stored log (rule 8,
+        DUR-1); the ``report`` tool awaits this form."""
+        message_id, parent = self._report(child, content, delivery, signal)
+        if parent is None:
+            return message_id
+        return await confirm(accepted(self._engine.sessions, parent.session, message_id))
+
+    def _report(
+        self,
+        child: Agent,
+        content: Content,
+        delivery: ReportDelivery,
+        signal: AbortSignal | None,
+    ) -> tuple[MessageId, Agent | None]:
+        """The report's admission and send (one no-await span); the id and the parent."""
         content = freeze_content(check_content(content, "content", self._limits, non_blank=False))
         if not isinstance(delivery, ReportDelivery):
             raise invalid("delivery", "must be a ReportDelivery")
@@ -337,7 +371,7 @@ class ContinuationManager:
             )
         finally:
             self._engine.outbox.pop(message.id, None)
-        return message.id
+        return message.id, parent
 
     async def _resume_for_mail(self, child_id: SessionId) -> None:
         """Resume an absent child for its pending mail alone (DUR-23); the caller holds

@@ -49,12 +49,12 @@ from dsh_subagent.adapters.continuation_engine import (
 from dsh_subagent.adapters.continuation_mailbox import Mailbox
 from dsh_subagent.adapters.continuation_support import Barrier, ChildLocks, check_aborted, quietly
 from dsh_subagent.adapters.continuation_types import (
-    ContinuableStart,
     ContinuableStartSpec,
     Identities,
     ParentAgent,
     UserGrant,
 )
+from dsh_subagent.adapters.durability import Accepted
 from dsh_subagent.adapters.protocols import (
     Agent,
     AgentHandle,
@@ -171,7 +171,7 @@ class Creator:
         #: Store leases granted to a start or resume that has no live child yet (rule 3).
         self._leases: dict[SessionId, Callable[[], Awaitable[None]]] = {}
 
-    async def start(self, spec: ContinuableStartSpec) -> ContinuableStart:
+    async def start(self, spec: ContinuableStartSpec) -> Accepted:
         """Reserve, then create; any failure before acceptance rolls back (rule 1)."""
         child_id = spec.child_id or SessionId(self._services.ids())
         parent = spec.parent
@@ -188,9 +188,7 @@ class Creator:
                 await self._roll_back(child_id)
                 raise
 
-    async def _start_reserved(
-        self, spec: ContinuableStartSpec, child_id: SessionId
-    ) -> ContinuableStart:
+    async def _start_reserved(self, spec: ContinuableStartSpec, child_id: SessionId) -> Accepted:
         parent, intent = spec.parent, spec.intent
         persistence = self._services.require_persistence()
         self._check_unused(child_id)
@@ -240,8 +238,7 @@ class Creator:
         await self._materialize(
             child_id, parent, signal, lambda: self._agents.create(options), descriptor
         )
-        accepted = self._submit(child_id, intent.prompt, USER_SOURCE, ParentAgent(parent), signal)
-        return ContinuableStart(child_id, accepted)
+        return self._submit(child_id, intent.prompt, USER_SOURCE, ParentAgent(parent), signal)
 
     def _continuable_provider(self, name: str) -> ContinuableProvider:
         provider = self._services.providers(name)
@@ -280,10 +277,10 @@ class Creator:
         source: MessageSource,
         authority: ParentAgent | UserGrant,
         signal: AbortSignal | None,
-    ) -> MessageId | PostToMailbox | None:
+    ) -> Accepted | PostToMailbox | None:
         """Reconstruct an absent child from its log, never through the provider (rule 2).
 
-        Returns the accepted id, the core's ``PostToMailbox`` when another harness holds the
+        Returns the acceptance, the core's ``PostToMailbox`` when another harness holds the
         child, or None for a resume for mail alone (``content`` None)."""
         persistence = self._services.require_persistence()
         signal = signal or AbortController().signal
@@ -445,7 +442,7 @@ class Creator:
         source: MessageSource,
         authority: ParentAgent | UserGrant,
         signal: AbortSignal,
-    ) -> MessageId:
+    ) -> Accepted:
         """The first delivery to a materialized child: accepted or raised, never routed.
 
         A selected drain that opened the child's disposal before this delivery (e.g. from a

@@ -25,8 +25,14 @@ Theory of operation
    teardown failure (or None) when its end edge is performed. After the handle's disposal
    the child's store lease is given up (``release_lease``, LEASE-6): an Activation holds it
    from its grant to its release; a release that fails is logged and the lease expires.
+   Between the two, the disposal's own log tail (the cancel splice of whatever its inbox
+   still held, such as a settlement notice) is committed, so a discard is as durable as the
+   insertion it cancels (DUR-4).
 5. Notices and reports never stall teardown: a failing notice send is logged and dropped
-   (NOTICE-14); a failing accounted send withdraws its id (RES-2).
+   (NOTICE-14); a failing accounted send withdraws its id (RES-2). A sent notice is
+   committed with its parent's session in the send's span (DUR-1); the child's release
+   future resolves once that commit did (a failed one is logged), so a drain returns with
+   every notice it caused in the store.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from typing import TypeAlias, assert_never
 
 import attrs
 
+from dsh_subagent.adapters.durability import Accepted, accepted, confirm
 from dsh_subagent.adapters.protocols import (
     Agent,
     AgentHandle,
@@ -180,6 +187,8 @@ class Engine:
         self._ids = ids
         self._event_ids = itertools.count()
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Settlement notices sent and not yet stored, by the child that settled (rule 5).
+        self._notices: dict[SessionId, Accepted] = {}
 
     def event_id(self) -> EventId:
         return EventId(f"ev-{next(self._event_ids)}")
@@ -241,10 +250,11 @@ class Engine:
         content: Content,
         source: MessageSource,
         authority: Callable[[], FollowupAuthority],
-    ) -> MessageId | Routed:
-        """One routing pass, a no-await span: admit, authorize, account, send (CONT-16).
+    ) -> Accepted | Routed:
+        """One routing pass, a no-await span: admit, authorize, account, send (CONT-16),
+        and start committing the child's session (DUR-1).
 
-        Returns the accepted id, or what the requester must do instead (CONT-14, CONT-15).
+        Returns the acceptance, or what the requester must do instead (CONT-14, CONT-15).
         """
         message = UserMessage(self.message_id(), content, source)
         self.outbox[message.id] = message
@@ -257,7 +267,8 @@ class Engine:
         self.tracing.routed(child_id, routed.value)
         if routed is Routed.DELIVERED:
             self.dispatch(MessageAccepted(self.event_id(), child_id, message.id))
-            return message.id
+            session = self.children[child_id].handle.agent.session
+            return accepted(self.sessions, session, message.id)
         return routed
 
     def drain(self, event: DrainRequested) -> list[asyncio.Future[SubagentError | None]]:
@@ -324,6 +335,9 @@ class Engine:
                 exc_info=True,
                 extra=fields(effect.source.sender_session_id, parent.id),
             )
+            return
+        sender = effect.source.sender_session_id
+        self._notices[sender] = accepted(self.sessions, parent.session, message.id)
 
     def _deliver_report(self, effect: DeliverReport) -> None:
         """Send a framed report; a failing send is PARENT_UNAVAILABLE (CONT-31)."""
@@ -404,6 +418,27 @@ class Engine:
                     exc_info=True,
                     extra=live.fields(),
                 )
+        notice = self._notices.pop(live.child_id, None)
+        if notice is None:
+            if not live.released.done():
+                live.released.set_result(failure)
+            return
+        self._spawn(self._release_when_stored(live, notice, failure))
+
+    async def _release_when_stored(
+        self, live: LiveChild, notice: Accepted, failure: SubagentError | None
+    ) -> None:
+        """The release resolves once the settlement notice is in the parent's stored log
+        (rule 5, DUR-1); a failed commit is logged, the notice stays delivered in memory."""
+        try:
+            await confirm(notice)
+        except SubagentError:
+            _log.warning(
+                "settlement notice of %s is not durable",
+                live.child_id,
+                exc_info=True,
+                extra=live.fields(),
+            )
         if not live.released.done():
             live.released.set_result(failure)
 
@@ -462,6 +497,7 @@ class Engine:
         except Exception as exc:
             live.failures.append(boundary_failure(Boundary.HANDLE, repr(exc)))
             boundaries.add(Boundary.HANDLE)
+        await self._commit_tail(live)
         await release_lease(live)
         parent = None if live.parent_session is None else self.agents.get(live.parent_session)
         status = AgentStatus.IDLE
@@ -478,6 +514,15 @@ class Engine:
                 parent_status=status,
             )
         )
+
+    async def _commit_tail(self, live: LiveChild) -> None:
+        """The disposal's own log tail (its inbox's cancel splice: a discarded notice stays
+        discarded after a restart) is written under the lease, before it is given up
+        (rule 4, DUR-4); a failure is logged."""
+        try:
+            await self.sessions.commit(live.handle.agent.session)
+        except Exception:
+            _log.warning("the disposal of %s was not persisted", live.child_id, exc_info=True)
 
     async def settle_tasks(self) -> None:
         """Wait until no teardown task is pending (tests and drains)."""

@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from dsh_subagent.adapters.continuation_engine import Engine, LiveChild, Routed
 from dsh_subagent.adapters.continuation_support import ChildLocks
+from dsh_subagent.adapters.durability import Accepted, stored
 from dsh_subagent.adapters.protocols import Session, SessionMailbox, SessionPersistence
 from dsh_subagent.adapters.signals import Unsubscribe
 from dsh_subagent.core.errors import ErrorCode, SubagentError
@@ -100,13 +101,14 @@ class Mailbox:
 
     async def post(
         self, child_id: SessionId, message_id: MessageId, content: Content, source: MessageSource
-    ) -> MessageId | None:
-        """Accept into the child's mailbox; None when no other harness holds it any more."""
+    ) -> Accepted | None:
+        """Accept into the child's mailbox, committed before it returns; None when no other
+        harness holds the child any more."""
         store = mailbox_of(self._persistence())
         if store is None:
             raise SubagentError(ErrorCode.ACTIVATION_HELD, f"{child_id} is held elsewhere")
         posted = await store.post(child_id, UserMessage(message_id, content, source))
-        return message_id if posted else None
+        return stored(message_id, child_id) if posted else None
 
     # ------------------------------------------------------------------ noticing (rule 2)
 

@@ -250,6 +250,13 @@ class SessionStore(Protocol):
         after all settled (HARNESS-19)."""
         ...
 
+    def commit(self, session: Session) -> Awaitable[bool]:
+        """``flush`` for a session that may have left the store: called synchronously (in
+        an acceptance's span), it resolves True once every event the session holds now is
+        durable, False when nothing persists, or fails (DUR-1, DUR-4). A harness shares one
+        write among many commits (group commit)."""
+        ...
+
 
 class Agent(Protocol):
     """An agent over one session (HARNESS-1)."""

@@ -440,6 +440,20 @@ class SubagentService:
             child, as_content(content), delivery=delivery, signal=signal
         )
 
+    async def report_from_durably(
+        self,
+        child: Agent,
+        content: Content | str,
+        *,
+        delivery: ReportDelivery,
+        signal: AbortSignal | None = None,
+    ) -> MessageId:
+        """``report_from``, returning once the report is in the parent's stored log; a
+        failed commit raises ``DURABILITY_FAILED`` carrying the id (DUR-1)."""
+        return await self._require_continuations().report_from_durably(
+            child, as_content(content), delivery=delivery, signal=signal
+        )
+
     def activation_state(self, child_id: SessionId) -> ActivationState | None:
         """``running``, ``waiting`` or None when no Activation is live (DESIGN decision 3)."""
         if self._continuations is None:

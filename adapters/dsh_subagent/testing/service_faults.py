@@ -113,6 +113,12 @@ class FaultySqlite(SqlitePersistence):
         self.before_io()  # the await points a caller's abort is placed at
         return await super()._run(job, session_id)
 
+    async def _write(
+        self, job: Callable[[sqlite3.Connection], None], session_id: SessionId
+    ) -> None:
+        self.before_io()  # a write joins a group commit rather than running alone
+        await super()._write(job, session_id)
+
     async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
         self.appends += 1
         if self.every is not None and self.appends % self.every == 0:

@@ -30,6 +30,10 @@ Theory of operation
    tool (with the task tools when it runs one-shot children in the background), the control
    tools (``send_message``, ``interrupt_agent``, ``list_agents``) and the children's
    ``report``. The returned disposer removes what that call installed.
+8. Accepted means durable (DESIGN decision 5, ``docs/durability.md``): an acceptance is
+   acknowledged once its session is stored, ``create_agent`` returns a stored agent, and a
+   running agent's log is written as it grows, ``write_interval`` seconds after an append
+   (DUR-1, DUR-2).
 """
 
 from __future__ import annotations
@@ -52,10 +56,10 @@ from dsh_subagent.adapters.reference.composition import PromptComposer
 from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
 from dsh_subagent.adapters.reference.registry import AgentRegistry
 from dsh_subagent.adapters.reference.session import (
+    DEFAULT_WRITE_INTERVAL,
     LiveSession,
     SessionStore,
     bind_persistence,
-    persist_tail,
 )
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.adapters.reference.tool_registry import ScopedTools, ToolRegistry
@@ -107,7 +111,11 @@ class ReferenceHarness:
     """Persistence, store, registry, projections, service and both in-process providers."""
 
     def __init__(
-        self, persistence: InMemoryPersistence | SqlitePersistence, model_for: ModelFor
+        self,
+        persistence: InMemoryPersistence | SqlitePersistence,
+        model_for: ModelFor,
+        *,
+        write_interval: float | None = DEFAULT_WRITE_INTERVAL,
     ) -> None:
         """Internal: use ``ReferenceHarness.open``."""
         self.persistence = persistence
@@ -115,7 +123,7 @@ class ReferenceHarness:
         self.tools = ToolRegistry()
         self.prompt = PromptComposer()
         self.store = SessionStore()
-        self._unbind = bind_persistence(self.store, persistence)
+        self._unbind = bind_persistence(self.store, persistence, interval=write_interval)
         self.registry = AgentRegistry(self.store, self._build_agent, persistence=persistence)
         self.projections = SessionProjectionRegistry()
         self.host = InProcessHost(self.registry)
@@ -139,14 +147,17 @@ class ReferenceHarness:
         db: str | os.PathLike[str] | None = None,
         synchronous: str = "FULL",
         readonly: bool = False,
+        write_interval: float | None = DEFAULT_WRITE_INTERVAL,
     ) -> HarnessOpening[Self]:
         """Open a harness on SQLite at ``db`` (created if missing), or in memory without one.
 
         Await the result for the harness, or use it as ``async with ... as harness:``, which
         closes the harness on exit. ``readonly`` opens an existing ``db`` for listing only
-        (rule 5).
+        (rule 5). ``write_interval``: seconds a running agent's new events wait before they
+        are written (rule 8; ``0``: the next loop tick; ``None``: only at acceptances and
+        flushes).
         """
-        return HarnessOpening(cls._open(model_for, db, synchronous, readonly))
+        return HarnessOpening(cls._open(model_for, db, synchronous, readonly, write_interval))
 
     @classmethod
     async def _open(
@@ -155,13 +166,14 @@ class ReferenceHarness:
         db: str | os.PathLike[str] | None,
         synchronous: str,
         readonly: bool,
+        write_interval: float | None,
     ) -> Self:
         if db is None:
-            return cls(InMemoryPersistence(), model_for)
+            return cls(InMemoryPersistence(), model_for, write_interval=write_interval)
         if not readonly:
             Path(db).parent.mkdir(parents=True, exist_ok=True)
         persistence = await SqlitePersistence.open(db, synchronous=synchronous, readonly=readonly)
-        return cls(persistence, model_for)
+        return cls(persistence, model_for, write_interval=write_interval)
 
     async def __aenter__(self) -> Self:
         return self
@@ -211,6 +223,7 @@ class ReferenceHarness:
         handle = await self.registry.create(
             CreateOptions(SessionId(session_id), meta=SessionMeta(cwd=cwd))
         )
+        await self.store.commit(handle.agent.session)  # stored when returned (rule 8)
         return handle.agent
 
     async def resume_agent(self, session_id: str) -> ReferenceAgent:
@@ -313,7 +326,7 @@ class ReferenceHarness:
         await attempt(self.registry.close())
         # Disposal itself writes (each inbox's cancel splice): persist that tail too.
         for session in sessions:
-            await attempt(persist_tail(self.persistence, session))
+            await attempt(self.store.commit(session))
         self._unbind()
         await attempt(self.persistence.close())
         return aggregate_branches("harness", failures)

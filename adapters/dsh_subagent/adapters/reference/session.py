@@ -17,11 +17,24 @@ Theory of operation
    (vetoable); ``leave`` emits ``session/disposed`` for announced entries, contained.
 4. ``flush(session)`` awaits every flush listener concurrently, then returns whether any
    participated, or raises the first failure (in listener order) once all settled
-   (HARNESS-19). ``bind_persistence`` adds a listener that writes the not-yet-persisted
-   suffix, creating the stored row on first flush; it forgets a session once the store
-   disposes of it, so a finished child's log is not kept alive by the binding.
+   (HARNESS-19). ``commit(session)`` is the same for a session that may have left the store
+   (a disposal's tail, DUR-4), started at the call and returned as a future.
 5. ``LogOverride`` reads a log-only policy override: the value of the last ``sandbox/mode`` or
    ``approval/policy`` event (HARNESS-27).
+6. ``bind_persistence`` returns a ``PersistenceBinding``, the flush listener that writes the
+   not-yet-persisted suffix, creating the stored row on the first write. Per session, at
+   most one write is in flight and one queued behind it; a flush or commit joins the queued
+   one (it starts when the one in flight ends and takes every event the log has then), so
+   concurrent commits of one session share a write. The stored length is known without a
+   read when the binding wrote the log or it was restored from this persistence; a failed
+   write forgets it (the next write asks). An announced session whose stored length is
+   known is also written as it grows: an append schedules a write ``interval`` seconds
+   later (default 5 ms; ``0`` the next tick) unless one is due or queued, and the writes of
+   one tick share one commit in a batching backend (DUR-2, DUR-3); a growth write that
+   fails is not reported, the next flush (a barrier: it awaits what is queued, then writes
+   the rest) finds whether the log is stored. The binding holds sessions weakly: a finished
+   child's log is not kept alive by it, yet a commit after it left the store still knows
+   what is stored.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import math
 import posixpath
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
@@ -56,6 +70,8 @@ from dsh_subagent.core.values import (
 from dsh_subagent.core.wire import needs_end_seed
 
 Clock = Callable[[], float]
+DEFAULT_WRITE_INTERVAL: Final = 0.005
+"""Seconds a growing log waits before its new events are written (rule 6, DUR-2)."""
 _CHECKED_TYPES: set[str] = set()  # event types already accepted by ``require_str``
 Observer = Callable[["LiveSession", SessionEvent], object]
 FlushListener = Callable[["LiveSession"], Awaitable[None] | None]
@@ -305,7 +321,37 @@ class SessionStore:
 
     async def flush(self, session: Session) -> bool:
         """Await every flush listener; True iff any participated (HARNESS-19)."""
-        live = self._live_entry(session).session
+        return await self._flushed(self._live_entry(session).session)
+
+    def commit(self, session: Session) -> asyncio.Future[bool]:
+        """``flush`` for a session that may have left the store already (rule 4): the
+        listeners are called now, and every event the session holds now is durable once the
+        future resolves True."""
+        if not isinstance(session, LiveSession):
+            raise invalid("session", "must be a session of this store")
+        listeners = self._flush.listeners
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[bool] = loop.create_future()
+        if not listeners:
+            outcome.set_result(False)
+            return outcome
+        waits = asyncio.gather(
+            *(_listened(listener, session) for listener in listeners), return_exceptions=True
+        )
+
+        def settle(done: asyncio.Future[list[object]]) -> None:
+            if outcome.done():
+                return
+            failures = [each for each in done.result() if isinstance(each, BaseException)]
+            if failures:  # the first, in listener order, once all settled (as ``flush``)
+                outcome.set_exception(failures[0])
+            else:
+                outcome.set_result(True)
+
+        waits.add_done_callback(settle)
+        return outcome
+
+    async def _flushed(self, live: LiveSession) -> bool:
         listeners = self._flush.listeners
         outcomes = await asyncio.gather(
             *(_call_listener(listener, live) for listener in listeners),
@@ -343,61 +389,177 @@ class LogOverride:
         return None
 
 
+def _listened(listener: Callable[[LiveSession], object], session: LiveSession) -> Awaitable[object]:
+    """Call ``listener`` now; what it returned (or raised) as something to await."""
+    try:
+        result = listener(session)
+    except Exception as error:
+        failed: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        failed.set_exception(error)
+        return failed
+    if isinstance(result, Awaitable):
+        return result
+    done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    done.set_result(result)
+    return done
+
+
 async def _call_listener(listener: Callable[[LiveSession], object], session: LiveSession) -> None:
     result = listener(session)
     if isinstance(result, Awaitable):
         await result
 
 
-def bind_persistence(store: SessionStore, persistence: SessionPersistence) -> Unsubscribe:
-    """Flush each session's not-yet-persisted events to ``persistence`` (HARNESS-19/23)."""
-    persisted: dict[SessionId, tuple[LiveSession, int]] = {}
-    locks: dict[SessionId, asyncio.Lock] = {}
+class PersistenceBinding:
+    """Writes a store's sessions to one persistence (rule 6); calling it unbinds it."""
 
-    async def write(session: LiveSession) -> None:
-        async with locks.setdefault(session.id, asyncio.Lock()):
-            known = persisted.get(session.id)
-            restored = session.restored_from
-            if known is not None and known[0] is session:
-                count = known[1]
-            elif restored is not None and restored[0] is persistence:
-                count = restored[1]
-            else:
-                count = await _stored_length(persistence, session)
-            if count > session.seq:
+    def __init__(
+        self, store: SessionStore, persistence: SessionPersistence, interval: float | None
+    ) -> None:
+        self._persistence = persistence
+        self._interval = interval
+        # Weak: a finished session's log is not kept alive by the binding (HARNESS-19), yet a
+        # commit after it left the store still knows what is stored (DUR-4).
+        self._logs: weakref.WeakKeyDictionary[LiveSession, _Log] = weakref.WeakKeyDictionary()
+        self._detachers = (
+            store.on_flush(self.write),
+            store.created.subscribe(self._observe),
+            store.disposed.subscribe(self._retire),
+        )
+
+    def __call__(self) -> None:
+        for detach in self._detachers:
+            detach()
+        for log in list(self._logs.values()):
+            log.quiet()
+
+    def write(self, session: LiveSession) -> Awaitable[None]:
+        """The flush listener: resolves once every event ``session`` holds now is stored.
+        Cancelling the awaiter never cancels the (shared) write."""
+        return asyncio.shield(self._request(session))
+
+    def _request(self, session: LiveSession) -> asyncio.Future[None]:
+        """The write queued behind the one in flight (it starts when that ends, and takes
+        every event the log has then), or a new one started now."""
+        log = self._log_of(session)
+        pending = log.queued
+        if pending is None:
+            pending = log.queued = asyncio.get_running_loop().create_future()
+            if log.running is None:
+                self._start(session, log)
+        return pending
+
+    def _log_of(self, session: LiveSession) -> _Log:
+        log = self._logs.get(session)
+        if log is None:
+            restored, known = session.restored_from, None
+            if restored is not None and restored[0] is self._persistence:
+                known = restored[1]
+            log = self._logs[session] = _Log(known)
+        return log
+
+    def _start(self, session: LiveSession, log: _Log) -> None:
+        done, log.queued = log.queued, None
+        assert done is not None
+        if log.timer is not None:  # this write takes everything the log has now
+            log.timer.cancel()
+            log.timer = None
+        log.running = done
+        asyncio.get_running_loop().create_task(self._write(session, log, done))
+
+    async def _write(self, session: LiveSession, log: _Log, done: asyncio.Future[None]) -> None:
+        try:
+            if log.stored is None:
+                log.stored = await _stored_length(self._persistence, session)
+            if log.stored > session.seq:
                 raise SubagentError(
                     ErrorCode.CORRUPT_SESSION,
                     f"stored log of {session.id!r} is longer than the live log",
                     field="session",
                 )
-            persisted[session.id] = (session, await _store_after(persistence, session, count))
+            log.stored = await _store_after(self._persistence, session, log.stored)
+        except BaseException as error:  # the awaiters learn it; the next write asks again
+            log.stored = None
+            done.set_exception(error)
+            done.exception()  # retrieved: a write nobody awaits must not warn
+        else:
+            done.set_result(None)
+        finally:
+            log.running = None
+            if log.queued is not None:
+                self._start(session, log)
 
-    def forget(session: LiveSession) -> None:
-        # A disposed session is never flushed through the store again: holding its entry
-        # would keep its whole log alive for the life of the store.
-        known = persisted.get(session.id)
-        if known is not None and known[0] is session:
-            del persisted[session.id]
-        lock = locks.get(session.id)
-        if lock is not None and not lock.locked():
-            del locks[session.id]
+    def _observe(self, session: LiveSession) -> None:
+        """An announced session is written as it grows (rule 6, DUR-2)."""
+        if self._interval is None:
+            return
+        log = self._log_of(session)
+        if log.unobserve is None:
+            log.unobserve = session.observe(lambda _event: self._grew(session, log))
 
-    detachers = (store.on_flush(write), store.disposed.subscribe(forget))
+    def _grew(self, session: LiveSession, log: _Log) -> None:
+        if log.timer is not None or log.queued is not None or log.stored is None:
+            return  # a write is due or queued already; or the stored length is not known
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop: the next flush writes it
+            return
+        interval = self._interval
+        assert interval is not None
+        if interval == 0:
+            log.timer = loop.call_soon(self._due, session, log)
+        else:
+            log.timer = loop.call_later(interval, self._due, session, log)
 
-    def unbind() -> None:
-        for detach in detachers:
-            detach()
+    def _due(self, session: LiveSession, log: _Log) -> None:
+        log.timer = None
+        self._request(session)  # a failure is kept for the next flush to find
 
-    return unbind
+    def _retire(self, session: LiveSession) -> None:
+        log = self._logs.get(session)
+        if log is not None:
+            log.quiet()
 
 
-async def persist_tail(persistence: SessionPersistence, session: LiveSession) -> None:
-    """Write whatever of ``session``'s log is not stored yet, even after it left the store.
+@attrs.define(eq=False)
+class _Log:
+    """What the binding knows of one session: the stored length (None: ask), the write in
+    flight and the one queued behind it."""
 
-    A host's last write at shutdown: events appended while agents were being disposed (the
-    disposal cancel of their inboxes, HARNESS-18) happen after the final flush could run.
-    """
-    await _store_after(persistence, session, await _stored_length(persistence, session))
+    stored: int | None
+    running: asyncio.Future[None] | None = None
+    queued: asyncio.Future[None] | None = None
+    timer: asyncio.TimerHandle | asyncio.Handle | None = None
+    unobserve: Unsubscribe | None = None
+
+    def quiet(self) -> None:
+        """Stop writing as the log grows (a disposed session, an unbound store)."""
+        if self.unobserve is not None:
+            self.unobserve()
+            self.unobserve = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+def bind_persistence(
+    store: SessionStore,
+    persistence: SessionPersistence,
+    *,
+    interval: float | None = DEFAULT_WRITE_INTERVAL,
+) -> PersistenceBinding:
+    """Write each session's not-yet-persisted events to ``persistence`` (HARNESS-19/23,
+    rule 6): at every flush and commit, and, for announced sessions, as the log grows, at
+    most ``interval`` seconds after an append (``0``: the next loop tick; ``None``: only at
+    flushes and commits). The result unbinds when called."""
+    if interval is not None and (
+        isinstance(interval, bool)
+        or not isinstance(interval, int | float)
+        or not math.isfinite(interval)
+        or interval < 0
+    ):
+        raise invalid("interval", "must be a number of seconds >= 0, or None")
+    return PersistenceBinding(store, persistence, interval)
 
 
 async def _store_after(persistence: SessionPersistence, session: LiveSession, count: int) -> int:

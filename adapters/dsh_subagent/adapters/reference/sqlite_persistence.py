@@ -49,6 +49,13 @@ Theory of operation
    ``PRAGMA data_version`` on the connection's thread every ``mailbox_poll`` seconds while a
    lease is held: the number changes only when another connection committed, and only then
    is the mailbox asked which held children have rows.
+11. Group commit (DUR-3): ``create`` and ``append`` do not commit alone. A write joins the
+   open batch; the first of a batch schedules it for the end of the loop tick, and while a
+   batch is being committed the next one gathers. A batch runs on the connection's thread
+   in one ``BEGIN IMMEDIATE`` transaction, each write in its own savepoint (its checks and
+   its fence first): a refused write rolls back to its savepoint and fails alone, the rest
+   commit together, so many acceptances share one fsync. A failed commit fails every write
+   of the batch. ``close`` waits for the pending batches.
 """
 
 from __future__ import annotations
@@ -162,6 +169,8 @@ DEFAULT_MAILBOX_POLL: Final = 0.05
 """Seconds between two ``PRAGMA data_version`` probes of a holder watching its mailbox."""
 
 _T = TypeVar("_T")
+_Job = Callable[[sqlite3.Connection], None]
+"""A write's statements, run inside a group commit's transaction (rule 10)."""
 _Text = tuple[str, str, bytes]
 """Stored text for the undecodable-text scan: ``(session id, field, raw bytes)``."""
 
@@ -353,6 +362,8 @@ class SqlitePersistence:
         self._poll_every = mailbox_poll
         self._watchers: list[MailboxListener] = []
         self._poll: asyncio.Task[None] | None = None
+        self._batch: builtins.list[tuple[_Job, SessionId, asyncio.Future[None]]] = []
+        self._committing: asyncio.Future[builtins.list[BaseException | None]] | None = None
 
     @classmethod
     async def open(
@@ -482,19 +493,18 @@ class SqlitePersistence:
         sid = header.id
 
         def job(conn: sqlite3.Connection) -> None:
-            with _transaction(conn, "BEGIN IMMEDIATE"):
-                exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone()
-                if exists is not None:
-                    raise invalid("header.id", f"session {sid!r} already exists")
-                self._fence(conn, sid)
-                conn.execute(
-                    """INSERT INTO sessions (id, header, created_seq) VALUES
-                    (?, ?, (SELECT COALESCE(MAX(created_seq), -1) + 1 FROM sessions))""",
-                    (sid, text),
-                )
-                _insert_events(conn, sid, rows)
+            exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone()
+            if exists is not None:
+                raise invalid("header.id", f"session {sid!r} already exists")
+            self._fence(conn, sid)
+            conn.execute(
+                """INSERT INTO sessions (id, header, created_seq) VALUES
+                (?, ?, (SELECT COALESCE(MAX(created_seq), -1) + 1 FROM sessions))""",
+                (sid, text),
+            )
+            _insert_events(conn, sid, rows)
 
-        await self._run(job, sid)
+        await self._write(job, sid)
 
     async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
         """Append events that continue the stored log exactly."""
@@ -504,13 +514,98 @@ class SqlitePersistence:
         rows = encode_events(events)
 
         def job(conn: sqlite3.Connection) -> None:
-            with _transaction(conn, "BEGIN IMMEDIATE"):
-                _header_text(conn, sid)
-                require_continues(rows, _revision(conn, sid))
-                self._fence(conn, sid)
-                _insert_events(conn, sid, rows)
+            _header_text(conn, sid)
+            require_continues(rows, _revision(conn, sid))
+            self._fence(conn, sid)
+            _insert_events(conn, sid, rows)
 
-        await self._run(job, sid)
+        await self._write(job, sid)
+
+    # ------------------------------------------------------------------ group commit (rule 10)
+
+    async def _write(self, job: _Job, session_id: SessionId) -> None:
+        """Run ``job`` in the next group commit; its own failure is its caller's alone."""
+        if self._closed:
+            raise closed_error()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self._batch.append((job, session_id, done))
+        if len(self._batch) == 1 and self._committing is None:
+            loop.call_soon(self._commit_batch)  # the rest of this tick joins the batch
+        await done
+
+    def _commit_batch(self) -> None:
+        if self._committing is not None or not self._batch:
+            return  # the commit in flight starts this batch when it ends
+        batch, self._batch = self._batch, []
+        jobs = [(job, session_id) for job, session_id, _ in batch]
+        committing = asyncio.wrap_future(self._executor.submit(self._run_batch, jobs))
+        self._committing = committing
+
+        def committed(_: object) -> None:
+            self._committing = None
+            if committing.cancelled() or committing.exception() is not None:
+                error = committing.exception() if not committing.cancelled() else None
+                outcomes: builtins.list[BaseException | None] = [
+                    error or closed_error() for _ in batch
+                ]
+            else:
+                outcomes = committing.result()
+            for (_job, _sid, done), outcome in zip(batch, outcomes, strict=True):
+                if done.done():
+                    continue
+                if outcome is None:
+                    done.set_result(None)
+                else:
+                    done.set_exception(outcome)
+            self._commit_batch()
+
+        committing.add_done_callback(committed)
+
+    def _run_batch(
+        self, jobs: Sequence[tuple[_Job, SessionId]]
+    ) -> builtins.list[BaseException | None]:
+        """On the connection's thread: every job in one transaction, each in a savepoint, so
+        a refused job (a stale epoch, a gap) writes nothing and the others still commit."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            return [_typed_failure(conn, error, None) for _ in jobs]
+        outcomes: builtins.list[BaseException | None] = []
+        for job, session_id in jobs:
+            conn.execute("SAVEPOINT job")
+            try:
+                job(conn)
+            except Exception as error:
+                outcome: BaseException = error
+                if isinstance(error, sqlite3.Error):
+                    outcome = _typed_failure(conn, error, session_id)
+                try:
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                except sqlite3.Error:  # SQLite rolled the whole transaction back itself
+                    return [outcome for _ in jobs]
+                outcomes.append(outcome)
+            else:
+                conn.execute("RELEASE job")
+                outcomes.append(None)
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as error:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            failure = _typed_failure(conn, error, None)
+            return [failure if each is None else each for each in outcomes]
+        return outcomes
+
+    async def _settle_writes(self) -> None:
+        """Wait until no group commit is pending or in flight (before closing)."""
+        while self._batch or self._committing is not None:
+            pending = [done for _job, _sid, done in self._batch]
+            if self._committing is not None:
+                pending.append(self._committing)  # type: ignore[arg-type]
+            await asyncio.wait(pending)
 
     async def cached_snapshot(self, header: SessionHeader) -> CachedProjection | None:
         """The cached values for this exact session lifecycle, or ``None``."""
@@ -748,6 +843,7 @@ class SqlitePersistence:
         raise ``PERSISTENCE_UNAVAILABLE``."""
         if self._closed:
             return
+        await self._settle_writes()
         for task in (self._heartbeat, self._poll):
             if task is not None:
                 task.cancel()

@@ -10,8 +10,9 @@ Theory of operation
    siblings never get it. The contribution's disposer (a revoked registration or the child's
    release) removes both from the child at once.
 2. The tool is bound to its child: the child itself is the credential (REPORT-4). A call
-   relays ``output`` through ``service.report_from`` with the configured delivery,
-   ``next-step`` (default) or ``quiet`` (REPORT-2, REPORT-6); the service frames it
+   relays ``output`` through ``service.report_from_durably`` (it returns once the report
+   is stored, DUR-1) with the configured delivery, ``next-step`` (default) or ``quiet``
+   (REPORT-2, REPORT-6); the service frames it
    ``Background subagent <id> reported:`` (REPORT-5) and orders it before the settlement
    notice on the same lane (REPORT-8). The answer names the accepted message id (REPORT-7).
 3. Refusals are worded as the catalog's A-8 texts.
@@ -125,7 +126,7 @@ class ReportTool:
         async def report(arguments: JsonObject, signal: AbortSignal) -> ToolOutcome:
             async def body(args: JsonObject) -> str:
                 try:
-                    message_id = self.service.report_from(
+                    message_id = await self.service.report_from_durably(
                         child,
                         (TextBlock(str(args["output"])),),
                         delivery=self.delivery,

@@ -1,0 +1,380 @@
+"""Accepted means durable (DESIGN decision 5, issue 19): through the public API on SQLite.
+
+Each test works on a ``ReferenceHarness`` over a SQLite file and, where it matters, opens a
+second harness on the same file, as a restarted process would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from dsh_subagent.adapters.continuation_types import ContinuableStartSpec, ParentAgent
+from dsh_subagent.adapters.durability import DurabilityFailed
+from dsh_subagent.adapters.protocols import ModelRequest, ModelStep, Session
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
+from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, ScriptedModel, reply
+from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
+from dsh_subagent.adapters.signals import AbortController
+from dsh_subagent.core.errors import ErrorCode
+from dsh_subagent.core.manager.events import ReportDelivery
+from dsh_subagent.core.values import (
+    INBOX_SPLICED,
+    USER_MESSAGE,
+    AgentOptions,
+    CoordinatorSource,
+    JsonValue,
+    SessionEvent,
+    SessionId,
+    TextBlock,
+)
+
+P, G = SessionId("p"), SessionId("g")
+COORD = CoordinatorSource(SessionId("root"))
+
+
+def run(main: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(main())  # type: ignore[arg-type]
+
+
+class Models:
+    """One scripted model per agent id; an exhausted script answers "ok"."""
+
+    def __init__(self) -> None:
+        self.models: dict[SessionId, _Fallback] = {}
+
+    def __call__(self, session: Session, _options: AgentOptions) -> _Fallback:
+        return self.of(session.id)
+
+    def of(self, agent_id: SessionId) -> _Fallback:
+        return self.models.setdefault(agent_id, _Fallback())
+
+
+class _Fallback(ScriptedModel):
+    async def step(self, request: ModelRequest) -> ModelStep:
+        if not self.remaining:
+            self.requests.append(request)
+            return reply("ok")
+        return await super().step(request)
+
+
+def _messages(events: tuple[SessionEvent, ...], kind: str) -> list[dict[str, JsonValue]]:
+    """The messages a log's splices inserted (``inserted``) or its turns claimed."""
+    found: list[dict[str, JsonValue]] = []
+    for event in events:
+        data = event.data
+        assert isinstance(data, dict) or hasattr(data, "get")
+        if kind == "inserted" and event.type == INBOX_SPLICED:
+            found += list(data["inserted"])  # type: ignore[index, call-overload, arg-type]
+        elif kind == "claimed" and event.type == USER_MESSAGE:
+            found.append(data["message"])  # type: ignore[index, call-overload, arg-type]
+    return found
+
+
+def test_dur_4_a_notice_discarded_by_the_parents_disposal_stays_discarded_after_restart(
+    tmp_path: Path,
+) -> None:
+    """The drain settles ``g`` first: its notice enters ``p``'s inbox after ``p`` was
+    cancelled, and ``p``'s disposal discards it. After a restart, a cold resume of ``p``
+    does not claim it (seed 000: the disposal durably cancels an unclaimed notice)."""
+    db = tmp_path / "s.db"
+    models = Models()
+
+    async def main() -> None:
+        working, deep = Gate(), Gate()
+        models.of(P).extend([Gated(working, reply("p done"))])
+        models.of(G).extend([Gated(deep, reply("g done"))])
+        async with ReferenceHarness.open(models, db=db) as harness:
+            root = await harness.create_agent("root")
+            spec = ContinuableStartSpec("spawn", "w", root, (TextBlock("go"),), child_id=P)
+            await harness.service.start_continuable(spec)
+            await working.reached()
+            parent = harness.registry.get(P)
+            assert parent is not None
+            spec = ContinuableStartSpec("spawn", "w", parent, (TextBlock("dig"),), child_id=G)
+            await harness.service.start_continuable(spec)
+            await deep.reached()
+        store = await SqlitePersistence.open(db)
+        try:
+            events = (await store.inspect(P)).events
+        finally:
+            await store.close()
+        notices = [
+            m
+            for m in _messages(events, "inserted")
+            if m["source"]["kind"] == "subagent-settled"  # type: ignore[index, call-overload]
+        ]
+        assert len(notices) == 1  # the scenario happened: g's notice entered p's inbox
+        models.models.clear()
+        async with ReferenceHarness.open(models, db=db) as harness:
+            await harness.resume_agent("root")
+            grant = harness.service.user_authority()
+            source = CoordinatorSource(SessionId("host"))
+            await harness.service.followup(P, (TextBlock("again"),), grant, source=source)
+            resumed = harness.registry.get(P)
+            assert resumed is not None
+            await resumed.when_idle()
+            claimed = _messages(resumed.session.events, "claimed")
+            assert notices[0]["id"] not in [m["id"] for m in claimed]
+            seen = [e for r in models.of(P).requests for e in r.events if e.type == USER_MESSAGE]
+            sources = [e.data["message"]["source"]["kind"] for e in seen]  # type: ignore[index, call-overload]
+            assert "subagent-settled" not in sources
+            assert sources[-1] == "coordinator"
+
+    run(main)
+
+
+# --------------------------------------------------------------------------- write-ahead
+
+
+class HeldWrites(SqlitePersistence):
+    """SQLite persistence whose writes wait at a gate while ``held`` (or fail while
+    ``failing``): acceptance must not be reported before they are done."""
+
+    held: asyncio.Event | None = None
+    reached: asyncio.Event | None = None
+    failing = False
+
+    async def _write(
+        self, job: Callable[[sqlite3.Connection], None], session_id: SessionId
+    ) -> None:
+        if self.failing:
+            raise OSError("disk gone")
+        if self.held is not None and self.reached is not None:
+            self.reached.set()
+            await self.held.wait()
+        await super()._write(job, session_id)
+
+
+async def held_harness(db: Path, models: Models) -> tuple[ReferenceHarness, HeldWrites]:
+    persistence = await HeldWrites.open(db)
+    assert isinstance(persistence, HeldWrites)
+    return ReferenceHarness(persistence, models), persistence
+
+
+async def stored_ids(db: Path, session_id: SessionId) -> list[JsonValue]:
+    """The ids a stored log inserted into its inbox, read by another connection."""
+    reader = await SqlitePersistence.open(db, readonly=True)
+    try:
+        return [m["id"] for m in _messages((await reader.inspect(session_id)).events, "inserted")]
+    finally:
+        await reader.close()
+
+
+async def _running_child(
+    harness: ReferenceHarness, gate: Gate
+) -> tuple[ReferenceAgent, ReferenceAgent]:
+    """Root and child ``p``, whose first model step is held at ``gate``."""
+    root = await harness.create_agent("root")
+    spec = ContinuableStartSpec("spawn", "w", root, (TextBlock("go"),), child_id=P)
+    await harness.service.start_continuable(spec)
+    await gate.reached()
+    child = harness.registry.get(P)
+    assert child is not None
+    return root, child
+
+
+def test_dur_1_a_followup_returns_only_once_its_message_is_stored(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    models = Models()
+
+    async def main() -> None:
+        gate = Gate()
+        models.of(P).extend([Gated(gate, reply("first"))])
+        harness, persistence = await held_harness(db, models)
+        root, _ = await _running_child(harness, gate)
+        persistence.held, persistence.reached = asyncio.Event(), asyncio.Event()
+        call = asyncio.ensure_future(
+            harness.service.followup(P, (TextBlock("more"),), ParentAgent(root), source=COORD)
+        )
+        await persistence.reached.wait()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not call.done()  # accepted, not yet stored: not reported
+        persistence.held.set()
+        message_id = await call
+        assert message_id in await stored_ids(db, P)
+        gate.open()
+        await harness.close()
+
+    run(main)
+
+
+def test_dur_1_a_failed_commit_raises_durability_failed_with_the_message_id(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.db"
+    models = Models()
+
+    async def main() -> None:
+        gate = Gate()
+        models.of(P).extend([Gated(gate, reply("first"))])
+        harness, persistence = await held_harness(db, models)
+        root, child = await _running_child(harness, gate)
+        persistence.failing = True
+        with pytest.raises(DurabilityFailed) as raised:
+            await harness.service.followup(P, (TextBlock("more"),), ParentAgent(root), source=COORD)
+        assert raised.value.code is ErrorCode.DURABILITY_FAILED
+        # Accepted in this process, not durable: it is still delivered.
+        assert raised.value.message_id in [m.id for m in child.next_turn]
+        persistence.failing = False
+        gate.open()
+        await harness.close()
+
+    run(main)
+
+
+def test_dur_5_an_abort_or_a_cancel_while_durability_is_awaited_withdraws_nothing(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.db"
+    models = Models()
+
+    async def main() -> None:
+        gate = Gate()
+        models.of(P).extend([Gated(gate, reply("first"))])
+        harness, persistence = await held_harness(db, models)
+        root, _ = await _running_child(harness, gate)
+        persistence.held, persistence.reached = asyncio.Event(), asyncio.Event()
+        controller = AbortController()
+        aborted = asyncio.ensure_future(
+            harness.service.followup(
+                P, (TextBlock("a"),), ParentAgent(root), source=COORD, signal=controller.signal
+            )
+        )
+        cancelled = asyncio.ensure_future(
+            harness.service.followup(P, (TextBlock("b"),), ParentAgent(root), source=COORD)
+        )
+        await persistence.reached.wait()
+        controller.abort(RuntimeError("caller gave up"))
+        cancelled.cancel()
+        persistence.held.set()
+        message_id = await aborted  # the abort came after admission: nothing withdrawn
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        stored = await stored_ids(db, P)
+        assert message_id in stored
+        assert len(stored) == 3  # the prompt, "a" and the cancelled caller's "b"
+        gate.open()
+        await harness.close()
+
+    run(main)
+
+
+def test_dur_1_a_report_and_a_settlement_notice_are_stored_when_acknowledged(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.db"
+    models = Models()
+
+    async def main() -> None:
+        working = Gate()
+        models.of(P).extend([Gated(working, reply("p done"))])
+        async with ReferenceHarness.open(models, db=db) as harness:
+            root = await harness.create_agent("root")
+            spec = ContinuableStartSpec("spawn", "w", root, (TextBlock("go"),), child_id=P)
+            await harness.service.start_continuable(spec)
+            await working.reached()
+            child = harness.registry.get(P)
+            assert child is not None
+            report = await harness.service.report_from_durably(
+                child, "found it", delivery=ReportDelivery.NEXT_STEP
+            )
+            assert report in await stored_ids(db, SessionId("root"))
+            working.open()
+            await harness.service.drain_continuable()  # returns once the notice is stored
+            stored = await stored_ids(db, SessionId("root"))
+            assert len(stored) == 2  # the report, then p's settlement notice
+            assert stored[0] == report
+
+    run(main)
+
+
+def test_dur_3_acceptances_of_one_tick_share_one_commit(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    models = Models()
+
+    async def main() -> None:
+        children = [SessionId(f"c{n}") for n in range(20)]
+        gates = {child: Gate() for child in children}
+        for child in children:
+            models.of(child).extend([Gated(gates[child], reply("first"))])
+        harness, persistence = await held_harness(db, models)
+        root = await harness.create_agent("root")
+        for child in children:
+            spec = ContinuableStartSpec("spawn", "w", root, (TextBlock("go"),), child_id=child)
+            await harness.service.start_continuable(spec)
+        for gate in gates.values():
+            await gate.reached()  # every child is running, its step held
+        commits: list[str] = []
+        trace = lambda sql: commits.append(sql) if sql == "COMMIT" else None  # noqa: E731
+        await persistence._run(lambda conn: conn.set_trace_callback(trace))
+        ids = await asyncio.gather(
+            *(
+                harness.service.followup(c, (TextBlock("more"),), ParentAgent(root), source=COORD)
+                for c in children
+            )
+        )
+        await persistence._run(lambda conn: conn.set_trace_callback(None))
+        assert len(set(ids)) == 20
+        assert 1 <= len(commits) <= 3  # one batch per tick, not one per message
+        for gate in gates.values():
+            gate.open()
+        await harness.close()
+
+    run(main)
+
+
+# --------------------------------------------------------------------------- the growing log
+
+
+class NotifyingSqlite(SqlitePersistence):
+    """SQLite persistence that signals after every append it stored."""
+
+    written: asyncio.Event | None = None
+
+    async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
+        await super().append(session_id, events)
+        if self.written is not None:
+            self.written.set()
+
+
+def test_dur_2_a_running_childs_log_reaches_the_store_while_it_runs(tmp_path: Path) -> None:
+    """The child's model step is held: its turn and claimed prompt are stored before it ends
+    (no flush was asked for), and the final flush stays a barrier."""
+    db = tmp_path / "s.db"
+    models = Models()
+
+    async def main() -> None:
+        gate = Gate()
+        models.of(P).extend([Gated(gate, reply("done"))])
+        persistence = await NotifyingSqlite.open(db)
+        assert isinstance(persistence, NotifyingSqlite)
+        persistence.written = asyncio.Event()
+        harness = ReferenceHarness(persistence, models, write_interval=0)
+        root = await harness.create_agent("root")
+        spec = ContinuableStartSpec("spawn", "w", root, (TextBlock("go"),), child_id=P)
+        started = await harness.service.start_continuable(spec)
+        await gate.reached()
+        child = harness.registry.get(P)
+        assert child is not None
+        target = child.session.seq  # turn/start, the claim, step/start, user/message
+        while True:
+            persistence.written.clear()  # before the read: a write during it is not missed
+            if (await persistence.revision(P) or 0) >= target:
+                break
+            await persistence.written.wait()
+        stored = (await persistence.inspect(P)).events
+        assert [started.message_id] == [m["id"] for m in _messages(stored, "claimed")]
+        assert stored[-1].type == USER_MESSAGE  # mid-step: the turn has not ended
+        gate.open()
+        await harness.service.drain_continuable()
+        assert (await persistence.inspect(P)).events == child.session.events  # the barrier
+        await harness.close()
+
+    run(main)
