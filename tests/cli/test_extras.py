@@ -76,3 +76,33 @@ def test_diagram_command_without_python_statemachine_is_one_line_exit_2() -> Non
         "error: MISSING_EXTRA: dsh_subagent.spec's charts needs python-statemachine:"
         " pip install 'dsh-subagent[spec]'\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("module", "blocked", "message"),
+    [
+        (
+            "dsh_subagent.adapters.providers.acp",
+            "acp",
+            "the acp provider needs agent-client-protocol: pip install 'dsh-subagent[acp]'",
+        ),
+        (
+            "dsh_subagent.adapters.reference.pydantic_ai",
+            "pydantic_ai",
+            "the pydantic-ai adapter needs pydantic-ai-slim:"
+            " pip install 'dsh-subagent[pydantic-ai]'",
+        ),
+    ],
+)
+def test_optional_adapters_without_their_package_name_their_extra(
+    module: str, blocked: str, message: str
+) -> None:
+    done = probe(
+        f"import sys; sys.modules[{blocked!r}] = None\n"
+        "try:\n"
+        f"    import {module}\n"
+        "except ImportError as err:\n"
+        "    print(type(err).__name__, err)\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"MissingExtra {message}\n"

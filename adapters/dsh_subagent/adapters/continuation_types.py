@@ -12,11 +12,11 @@ Theory of operation
    core's token values: an ``AgentRef`` per agent object (a token minted once per object,
    held weakly) and a ``Presented`` pairing it with the token the registry holds now under
    the same id, so "exact live" is a token comparison in the core (AUTH-1, AUTH-6).
-3. ``UserGrant`` is unforgeable (DESIGN decision 2): only ``Identities.mint_grant`` makes one
-   (a private key guards the constructor) and only the minted objects are genuine; a copy,
-   a subclass instance or a discriminant never is.
+3. ``UserGrant``, the host's user authority, cannot be forged: only ``Identities.mint_grant``
+   makes one (a private key guards the constructor) and only the minted objects are genuine;
+   a copy, a subclass instance or a discriminant never is.
    Whatever is offered as authority and is neither a grant nor an agent object is an
-   authority failure, ``UNAUTHORIZED`` (DESIGN decision 10): an object of another type in
+   authority failure, ``UNAUTHORIZED``: an object of another type in
    the authority position is refused by ``refuse_authority``; a wrapper around something
    that is not an agent object (``ParentAgent(None)``) is presented as ``NOBODY``, which is
    never exact live, so the core refuses it like a departed agent.
@@ -112,7 +112,7 @@ class AncestorAuthority:
 
 
 class UserGrant:
-    """The host's user authority; only the manager can mint a genuine one (DESIGN decision 2)."""
+    """The host's user authority; only the manager mints a genuine one, and no copy is genuine."""
 
     __slots__ = ("__weakref__",)
 

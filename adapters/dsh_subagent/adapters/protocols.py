@@ -7,7 +7,7 @@ Theory of operation
    The reference asyncio harness (``reference.session``, ``reference.agent_loop``,
    ``reference.registry``, the persistence backends) implements them, and a host may supply
    its own.
-2. Each method's docstring names the HARNESS rule (catalog section 17) it must honour. The
+2. Each method's docstring says what it must do, with its HARNESS rule id. The
    synchronous methods (``send``/``followup``/``steer``/``inject``/``cancel``) must finish
    their splice, notifications and status change before returning (HARNESS-32).
 3. Only what the seam reads or calls is declared; everything else is the harness's business.

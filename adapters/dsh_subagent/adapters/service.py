@@ -22,9 +22,9 @@ Theory of operation
    ``RunSettled``/``RunFaulted``, whose ``EmitRunEnd`` emits ``subagent/end``. ``local`` is
    snapshotted from the run's exact ``local_agent`` (EVT-4) and ``provider`` is the name used
    at start (EVT-5). The caller gets the provider's run unchanged.
-4. Bad input (DESIGN decision 10): every public call (``start``, ``start_continuable``,
-   ``followup``, ``report_from``, ``interrupt``) validates its arguments before anything is
-   created, persisted, listed, emitted or sent, iteratively and in time linear in the input
+4. Bad input: every public call (``start``, ``start_continuable``, ``followup``,
+   ``report_from``, ``interrupt``) validates its arguments before anything is created,
+   persisted, listed, emitted or sent, iteratively and in time linear in the input
    (cycles and any depth included), against ``limits`` (``core.limits.Limits``, defaults:
    64 nested JSON containers, 1 KiB per label, 256 bytes per child id, 4 MiB per prompt,
    follow-up or report, 256 KiB per output schema). Labels and child ids are single-line
@@ -39,10 +39,10 @@ Theory of operation
 6. Payloads, one frozen record per event: ``subagent/provider-added`` gets
    ``ProviderAddedInfo(name, capabilities, continuable)`` and ``subagent/provider-removed``
    ``ProviderRemovedInfo(name)``; ``subagent/start`` gets ``RunStartInfo`` and
-   ``subagent/end`` ``RunEndInfo``. The provider events deviate from the catalog's
-   ``provider-added(provider)`` / ``provider-removed(name)`` on purpose: a snapshot keeps the
-   events observe-only (seed 000), the same ``.name`` serves both, and the live provider is
-   ``get_provider(name)`` away while ``provider-added`` runs (EVT-1).
+   ``subagent/end`` ``RunEndInfo``. The provider events carry a frozen snapshot rather than
+   the live provider, so a listener can only observe, never change the provider; the same
+   ``.name`` serves both events, and the live provider is ``get_provider(name)`` away while
+   ``provider-added`` runs (EVT-1).
 """
 
 from __future__ import annotations
@@ -455,13 +455,16 @@ class SubagentService:
         )
 
     def activation_state(self, child_id: SessionId) -> ActivationState | None:
-        """``running``, ``waiting`` or None when no Activation is live (DESIGN decision 3)."""
+        """``running`` or ``waiting`` while the child has a live Activation, else None."""
         if self._continuations is None:
             return None
         return self._continuations.activation_state(child_id)
 
     def user_authority(self) -> UserGrant:
-        """Mint an unforgeable user grant for a host (DESIGN decision 2)."""
+        """Mint a user grant: the authority a host presents to follow up or interrupt a child.
+
+        Only the service can make one; a copy, a subclass instance or a discriminant is not
+        a grant."""
         return self._require_continuations().user_authority()
 
     async def drain_continuable(self) -> None:

@@ -3,11 +3,11 @@
 Theory of operation
 -------------------
 1. Every failure the seam can name is a ``SubagentError`` carrying an ``ErrorCode``
-   (catalog ERR-0). Callers branch on ``code``, never on message text.
-2. The catalog's codes (ERR-1 .. ERR-17) are kept verbatim. DESIGN decision 1 restores
-   ``DURABILITY_FAILED``. The remaining codes are this port's: the upstream raises plain
-   errors for bad input (ERR-18), the project standards require a typed error that names
-   the offending field, raised before any side effect.
+   (ERR-0). Callers branch on ``code``, never on message text.
+2. The codes and their wire spellings are stable (ERR-1 .. ERR-17). ``DURABILITY_FAILED``
+   reports a write the store did not confirm. Bad input is never a plain exception: it is a
+   ``SubagentError`` (usually ``INVALID_ARGUMENT``) that names the offending field, raised
+   before any side effect (ERR-18).
 3. Expected refusals (authority denied, notice dropped) are *data*, returned by the
    decision functions; exceptions are for misuse and for failures the caller must see.
 """
@@ -20,7 +20,7 @@ import enum
 class ErrorCode(enum.Enum):
     """Stable error codes. The value is the wire spelling."""
 
-    # Catalog section 16 (ERR-1 .. ERR-17), verbatim.
+    # The seam's refusals and failures (ERR-1 .. ERR-17).
     DUPLICATE_PROVIDER = "DUPLICATE_PROVIDER"
     NO_PROVIDER = "NO_PROVIDER"
     UNSUPPORTED_CAPABILITY = "UNSUPPORTED_CAPABILITY"
@@ -38,9 +38,9 @@ class ErrorCode(enum.Enum):
     SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE = "SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE"
     SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE = "SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE"
     CANCELLED = "CANCELLED"
-    # DESIGN decision 1: a failed or unconfirmed final flush is reported, never hidden.
+    # A failed or unconfirmed write of a session is reported, never hidden.
     DURABILITY_FAILED = "DURABILITY_FAILED"
-    # This port's typed replacements for the upstream's plain errors (ERR-18).
+    # Typed errors for bad input, depth limits and unreadable stored data (ERR-18).
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     DEPTH_LIMIT_EXCEEDED = "DEPTH_LIMIT_EXCEEDED"
     CORRUPT_DESCRIPTOR = "CORRUPT_DESCRIPTOR"
@@ -54,7 +54,7 @@ class ErrorCode(enum.Enum):
     ACTIVATION_HELD = "ACTIVATION_HELD"
     # An append fenced by a lease epoch that is no longer the child's (LEASE-3).
     LEASE_LOST = "LEASE_LOST"
-    # A tree budget has nothing left in one dimension (DESIGN decision 7).
+    # A tree budget has nothing left in one dimension (tokens, model requests, wall time).
     BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
     # Misuse of a core machine: an event its current state does not accept.
     ILLEGAL_TRANSITION = "ILLEGAL_TRANSITION"

@@ -12,7 +12,8 @@ Theory of operation
    parent session (EVT-12 scoping) and the child's mode and label.
 3. ``RunEndInfo`` embeds the very ``RunStartInfo`` of its start, so an end built with
    ``end_info_for`` carries the same identity by construction (EVT-2). ``last_assistant_message``
-   is present only for non-empty output (EVT-6); ``durability_failed`` is DESIGN decision 1.
+   is present only for non-empty output (EVT-6); ``durability_failed`` says the final flush
+   of the child's session failed or was not confirmed (the stop reason stays as it was).
 4. Pairing a stream's starts with its ends (EVT-16) is the observer machine's job
    (``core.oneshot_observer``); this module only says what a well-formed start is
    (``check_start_info``) and whether an end carries its start's identity.

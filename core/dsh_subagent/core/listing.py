@@ -12,8 +12,8 @@ Theory of operation
    (LIST-11), computed from headers only.
 3. Candidates of ``list_children(P)`` are records with ``parent_session == P`` and subagent
    origin (and ``P`` itself if it names itself, rule 6), ordered by ``(created_at, id)``
-   (LIST-5). Ids compare by code point: a deterministic choice where upstream uses a
-   locale-aware compare (A15). An unknown parent simply has no candidates (LIST-6).
+   (LIST-5). Ids compare by code point, not by a locale-aware compare, so the order is the
+   same on every machine (A15). An unknown parent simply has no candidates (LIST-6).
 4. Each candidate walks a ladder; every rung is a function of what the adapter read:
    ``resolve_live`` (live: a failed snapshot is ``corrupt``, no identity is omitted — the
    creation window, LIST-7, A17), ``resolve_cached`` (cold: a cache identity serves only when

@@ -3,14 +3,14 @@
 Theory of operation
 -------------------
 1. Every value is a frozen attrs class (or an ``Enum``); same-process values are trusted and
-   borrowed as immutable (seed 000, "Service API"). Validation of hostile input happens at
+   borrowed as immutable (no defensive copies). Validation of hostile input happens at
    process, persistence and model boundaries, in the functions that build these values.
 2. Ids are ``NewType`` strings: the core never mints them (no uuid, no randomness); ids,
    clocks and randomness arrive as fields of events.
 3. Open vocabularies stay open: ``StopReason`` is a known ``KnownStop`` or an ``OtherStop``
    extension value that every consumer treats as a failure (NOTICE-6, ONE-*).
-4. Names follow the seeds with Python spelling; JSON-facing spellings are kept in the
-   enum values (``"one-shot"``, ``"subagent-settled"``, ``"max-tokens"``).
+4. Names are Python spellings; the JSON-facing spellings are the enum values
+   (``"one-shot"``, ``"subagent-settled"``, ``"max-tokens"``).
 """
 
 from __future__ import annotations

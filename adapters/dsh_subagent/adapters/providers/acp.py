@@ -42,7 +42,8 @@ Theory of operation
    ``update`` (each message chunk), ``cancel-sent`` and ``cancel-answered``; its failures are
    logged, never propagated.
 
-Using a real agent: install the ``acp`` extra and an ACP agent command, then register e.g.
+Using a real agent: install the ``acp`` extra (without it, importing this module raises
+``MissingExtra`` naming that extra) and an ACP agent command, then register e.g.
 ``AcpProvider(AcpAgentConfig(["npx", "@zed-industries/claude-code-acp"],
 env={"ANTHROPIC_API_KEY": key}))``. Only the SDK's minimal environment is inherited, so the
 agent's own credentials and any ``PATH`` additions go in ``env``. POSIX only (process groups).
@@ -63,22 +64,28 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Literal, cast
 
 import attrs
-from acp import PROTOCOL_VERSION, Client, RequestError, connect_to_agent
-from acp.client.connection import ClientSideConnection
-from acp.helpers import ContentBlock as AcpBlock
-from acp.schema import (
-    AgentMessageChunk,
-    AllowedOutcome,
-    ClientCapabilities,
-    DeniedOutcome,
-    Implementation,
-    PermissionOption,
-    PromptResponse,
-    RequestPermissionResponse,
-    TextContentBlock,
-)
-from acp.transports import default_environment
-from pydantic import ValidationError
+
+from dsh_subagent.core.extras import MissingExtra
+
+try:
+    from acp import PROTOCOL_VERSION, Client, RequestError, connect_to_agent
+    from acp.client.connection import ClientSideConnection
+    from acp.helpers import ContentBlock as AcpBlock
+    from acp.schema import (
+        AgentMessageChunk,
+        AllowedOutcome,
+        ClientCapabilities,
+        DeniedOutcome,
+        Implementation,
+        PermissionOption,
+        PromptResponse,
+        RequestPermissionResponse,
+        TextContentBlock,
+    )
+    from acp.transports import default_environment
+    from pydantic import ValidationError
+except ModuleNotFoundError as err:  # the base install has no ACP SDK
+    raise MissingExtra("the acp provider", "agent-client-protocol", "acp") from err
 
 from dsh_subagent.adapters.providers.base import ResolvedStartRequest
 from dsh_subagent.adapters.providers.out_of_process import (

@@ -30,10 +30,10 @@ Theory of operation
    tool (with the task tools when it runs one-shot children in the background), the control
    tools (``send_message``, ``interrupt_agent``, ``list_agents``) and the children's
    ``report``. The returned disposer removes what that call installed.
-8. Accepted means durable (DESIGN decision 5, ``docs/durability.md``): an acceptance is
-   acknowledged once its session is stored, ``create_agent`` returns a stored agent, and a
-   running agent's log is written as it grows, ``write_interval`` seconds after an append
-   (DUR-1, DUR-2).
+8. Accepted means durable (``docs/durability.md``): an acceptance is acknowledged once its
+   session is stored, so a crash after it loses nothing; ``create_agent`` returns a stored
+   agent, and a running agent's log is written as it grows, ``write_interval`` seconds after
+   an append (DUR-1, DUR-2).
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ Theory of operation
    (HARNESS-11) across a crash.
 7. ``bridge(model)`` turns any of our ``Model``s (e.g. a scripted one) into a pydantic-ai
    ``FunctionModel``, so the conformance suite's scripts drive real pydantic-ai runs.
+8. pydantic-ai comes with the ``pydantic-ai`` extra; without it, importing this module raises
+   ``MissingExtra`` naming that extra.
 """
 
 from __future__ import annotations
@@ -35,29 +37,34 @@ import contextvars
 import json
 from collections.abc import Callable, Mapping, Sequence
 
-from pydantic_ai import Agent as PydanticAgent
-from pydantic_ai import (
-    AgentRun,
-    AgentRunResult,
-    DeferredToolRequests,
-    ExternalToolset,
-    UsageLimitExceeded,
-    UsageLimits,
-)
-from pydantic_ai.messages import (
-    FinishReason,
-    ModelMessage,
-    ModelRequestPart,
-    ModelResponse,
-    ModelResponsePart,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
-)
-from pydantic_ai.messages import ModelRequest as PydanticRequest
-from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.tools import ToolDefinition
+from dsh_subagent.core.extras import MissingExtra
+
+try:
+    from pydantic_ai import Agent as PydanticAgent
+    from pydantic_ai import (
+        AgentRun,
+        AgentRunResult,
+        DeferredToolRequests,
+        ExternalToolset,
+        UsageLimitExceeded,
+        UsageLimits,
+    )
+    from pydantic_ai.messages import (
+        FinishReason,
+        ModelMessage,
+        ModelRequestPart,
+        ModelResponse,
+        ModelResponsePart,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+    from pydantic_ai.messages import ModelRequest as PydanticRequest
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.tools import ToolDefinition
+except ModuleNotFoundError as err:  # the base install has no pydantic-ai
+    raise MissingExtra("the pydantic-ai adapter", "pydantic-ai-slim", "pydantic-ai") from err
 
 from dsh_subagent.adapters.protocols import Model, ModelRequest, ModelStep, ToolCall
 from dsh_subagent.adapters.reference.harness import ReferenceHarness

@@ -1,4 +1,4 @@
-"""SQLite session persistence: the embedded default backend (DESIGN, "The adapter boundary").
+"""SQLite session persistence: the embedded default backend, one file, no server.
 
 Theory of operation
 -------------------

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 1. Each tool needs its calling agent (CTRL-2) and holds no authority of its own: the service
-   decides, and the tool words the service's refusals in the catalog's texts (CTRL-7, CTRL-9).
+   decides, and the tool rewords the service's refusals as fixed one-line texts for the model
+   (CTRL-7, CTRL-9).
 2. ``send_message`` follows up the child as the caller's ``ParentAgent`` with the coordinator
    source naming the caller (CTRL-4); the caller's signal owns the call until the inbox
    accepts it. It answers ``message queued as the next turn for subagent <id>`` (CTRL-6).

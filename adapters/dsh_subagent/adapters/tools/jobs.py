@@ -2,12 +2,13 @@
 
 Theory of operation
 -------------------
-1. Seed 003 names this surface *tasks* (``task_kill``, ``started background subagent task``);
-   its tools live in ``task_tools``. Every rule (admission, ids, status, first settlement,
-   the reported bit, the owner limit, notice routing and the wake budget) is ``core.jobs``;
-   the registry feeds it events and performs its effects, in order, after storing the new
-   state. It decides nothing: it validates argument types, reads facts (the agent registry's
-   instance, the owner's idleness, whether a wait is pending) and renders texts.
+1. The model sees background jobs as *tasks* (``task_kill``, ``started background subagent
+   task``); their tools live in ``task_tools``. Every rule (admission, ids, status, first
+   settlement, the reported bit, the owner limit, notice routing and the wake budget) is
+   ``core.jobs``; the registry feeds it events and performs its effects, in order, after
+   storing the new state. It decides nothing: it validates argument types, reads facts (the
+   agent registry's instance, the owner's idleness, whether a wait is pending) and renders
+   texts.
 2. ``start(kind, label, owner, starter)`` checks kind and label, then ``StartRequested``;
    ``RunStarter`` calls the synchronous starter, whose return is ``JobStarted``; the id is
    allocated and the record stored with no await in between (BG-2, BG-3, BG-30).

@@ -15,7 +15,9 @@ Theory of operation
    (REPORT-2, REPORT-6); the service frames it
    ``Background subagent <id> reported:`` (REPORT-5) and orders it before the settlement
    notice on the same lane (REPORT-8). The answer names the accepted message id (REPORT-7).
-3. Refusals are worded as the catalog's A-8 texts.
+3. A refusal is answered as one fixed line per error code, naming the child and saying
+   whether the report was delivered (``direct parent is not live; report was not
+   delivered``).
 """
 
 from __future__ import annotations

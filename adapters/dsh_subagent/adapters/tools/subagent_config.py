@@ -3,18 +3,18 @@
 Theory of operation
 -------------------
 1. ``SubagentToolConfig`` is validated whole at construction, before anything is registered
-   (TOOL-6, TOOL-7): ``max_depth`` defaults to 3 (seed 003), 0 forbids delegation,
-   ``provider-managed`` sends no cap; an empty ``tool_filter`` and a bad depth fail with the
-   catalog's texts.
+   (TOOL-6, TOOL-7): ``max_depth`` defaults to 3, 0 forbids delegation, ``provider-managed``
+   sends no cap; an empty ``tool_filter`` and a bad depth fail ``INVALID_ARGUMENT`` naming
+   the setting.
 2. ``tool_wording`` derives the description and the parameter schema from the provider's
-   ``inherits_parent_context`` and the background settings (TOOL-9..12); the wording is ours,
-   the pinned phrases are the catalog's. ``guidance_text`` is the continuable instance's
-   ``tool:<name>`` prompt section (TOOL-14).
+   ``inherits_parent_context`` and the background settings (TOOL-9..12); a few phrases in it
+   are fixed, because models and hosts rely on them. ``guidance_text`` is the continuable
+   instance's ``tool:<name>`` prompt section (TOOL-14).
 3. A successful call is one of three values (TOOL-13): ``ForegroundValue`` renders as the
-   child's concatenated text, ``BackgroundValue`` as ``started background subagent task <id>``
-   (seed 003), ``ContinuableValue`` as ``started subagent <id>``. ``failure_message`` words a
-   non-completed result: headline and optional diagnostic (TOOL-21/22). Seed 003 wins over
-   the catalog's partial-output tail (DESIGN decision 8): a failure carries no assistant text.
+   child's concatenated text, ``BackgroundValue`` as ``started background subagent task <id>``,
+   ``ContinuableValue`` as ``started subagent <id>``. ``failure_message`` words a non-completed
+   result: headline and optional diagnostic (TOOL-21/22). A failure carries no assistant
+   text, so partial output of a failed run never reaches the model as if it were a result.
 """
 
 from __future__ import annotations

@@ -13,11 +13,10 @@ Theory of operation
 3. A call needs a calling agent (TOOL-16), routes by ``run_in_background`` (TOOL-17) and builds
    one request (TOOL-18). Foreground passes the call's signal, awaits the result and always
    awaits ``dispose()``; only ``completed`` succeeds, rendered as its text; any other end,
-   a cancelled call included, is an errored result without partial output (TOOL-19..24,
-   seed 003).
+   a cancelled call included, is an errored result without partial output (TOOL-19..24).
    Background one-shot registers a task whose starter owns a fresh signal (BG-2..8).
    Continuable background returns the durable child id only (BG-20).
-4. The service's depth and capability refusals are reworded as the catalog's texts
+4. The service's depth and capability refusals are reworded as fixed texts for the model
    (``subagent depth <n> exceeds maxDepth <m>``, ``subagent provider "<p>" does not support
    the "<cap>" capability``), also in a failed task's detail (TOOL-26, TOOL-27).
 """
@@ -229,7 +228,7 @@ class SubagentTool:
         return StartRequest(intent, caller, signal, label=str(arguments["description"]))
 
     def _depth_error(self, caller: Agent, error: Exception) -> Exception:
-        """Depth and capability refusals in the catalog's words (TOOL-26, TOOL-27)."""
+        """Depth and capability refusals as fixed texts for the model (TOOL-26, TOOL-27)."""
         if not isinstance(error, SubagentError):
             return error
         if error.code is ErrorCode.UNSUPPORTED_CAPABILITY and error.field in CAPABILITY_ORDER:
