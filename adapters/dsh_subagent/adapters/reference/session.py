@@ -188,6 +188,10 @@ class LiveSession:
     def seq(self) -> int:
         return len(self._log)
 
+    def events_after(self, count: int) -> tuple[SessionEvent, ...]:
+        """The events after the first ``count``, copying only them (a write's new tail)."""
+        return tuple(self._log[count:])
+
     def observe(self, observer: Callable[[SessionEvent], object]) -> Unsubscribe:
         """Call ``observer(event)`` synchronously after each append, contained."""
         return self._observers.subscribe(observer)
@@ -570,12 +574,12 @@ def bind_persistence(
 async def _store_after(persistence: SessionPersistence, session: LiveSession, count: int) -> int:
     """Store the events after the first ``count`` (the whole row when ``count`` is -1);
     returns the log length now stored."""
-    events = session.events
+    length = session.seq  # the tail alone is copied: a write costs its new events
     if count < 0:
-        await persistence.create(session.header, events)
-    elif count < len(events):
-        await persistence.append(session.id, events[count:])
-    return len(events)
+        await persistence.create(session.header, session.events)
+    elif count < length:
+        await persistence.append(session.id, session.events_after(count))
+    return length
 
 
 async def _stored_length(persistence: SessionPersistence, session: LiveSession) -> int:
