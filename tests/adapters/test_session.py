@@ -324,6 +324,43 @@ def test_harness_19_flush_awaits_every_listener() -> None:
     run(main)
 
 
+def test_harness_19_commit_settles_after_every_listener_with_the_first_failure() -> None:
+    async def main() -> None:
+        store = SessionStore()
+        session = store.prepare(SID)
+        assert await store.commit(session) is False  # no listener: nothing promised
+        release = asyncio.Event()
+        settled: list[str] = []
+
+        async def slow(s: LiveSession) -> None:
+            await release.wait()
+            settled.append("slow")
+
+        def cancelled(s: LiveSession) -> Awaitable[None]:
+            gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            gone.cancel()
+            return gone
+
+        def failing(s: LiveSession) -> None:
+            raise OSError("disk")
+
+        store.on_flush(lambda s: settled.append("sync"))
+        assert await store.commit(session) is True
+        store.on_flush(slow)
+        store.on_flush(cancelled)
+        store.on_flush(failing)
+        committing = store.commit(session)  # every listener is called now
+        assert settled == ["sync", "sync"]
+        await asyncio.sleep(0)
+        assert not committing.done()  # still waiting for the slow listener
+        release.set()
+        with pytest.raises(asyncio.CancelledError):  # the first failure, in listener order
+            await committing
+        assert settled[-1] == "slow"
+
+    run(main)
+
+
 # ------------------------------------------------------------------ HARNESS-23 (binding)
 
 

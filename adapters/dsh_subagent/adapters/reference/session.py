@@ -188,6 +188,10 @@ class LiveSession:
     def seq(self) -> int:
         return len(self._log)
 
+    def events_after(self, count: int) -> tuple[SessionEvent, ...]:
+        """The events after the first ``count``, copying only them (a write's new tail)."""
+        return tuple(self._log[count:])
+
     def observe(self, observer: Callable[[SessionEvent], object]) -> Unsubscribe:
         """Call ``observer(event)`` synchronously after each append, contained."""
         return self._observers.subscribe(observer)
@@ -335,20 +339,25 @@ class SessionStore:
         if not listeners:
             outcome.set_result(False)
             return outcome
-        waits = asyncio.gather(
-            *(_listened(listener, session) for listener in listeners), return_exceptions=True
-        )
+        # Callbacks, not ``gather``: one acceptance is one commit, so a hop saved here is
+        # saved per accepted message (DUR-3).
+        waits = [asyncio.ensure_future(_listened(listener, session)) for listener in listeners]
+        unsettled = len(waits)
 
-        def settle(done: asyncio.Future[list[object]]) -> None:
-            if outcome.done():
+        def settle(_done: asyncio.Future[object]) -> None:
+            nonlocal unsettled
+            unsettled -= 1
+            if unsettled or outcome.done():
                 return
-            failures = [each for each in done.result() if isinstance(each, BaseException)]
-            if failures:  # the first, in listener order, once all settled (as ``flush``)
-                outcome.set_exception(failures[0])
-            else:
-                outcome.set_result(True)
+            for wait in waits:  # the first failure, in listener order (as ``flush``)
+                failure = asyncio.CancelledError() if wait.cancelled() else wait.exception()
+                if failure is not None:
+                    outcome.set_exception(failure)
+                    return
+            outcome.set_result(True)
 
-        waits.add_done_callback(settle)
+        for wait in waits:
+            wait.add_done_callback(settle)
         return outcome
 
     async def _flushed(self, live: LiveSession) -> bool:
@@ -565,12 +574,12 @@ def bind_persistence(
 async def _store_after(persistence: SessionPersistence, session: LiveSession, count: int) -> int:
     """Store the events after the first ``count`` (the whole row when ``count`` is -1);
     returns the log length now stored."""
-    events = session.events
+    length = session.seq  # the tail alone is copied: a write costs its new events
     if count < 0:
-        await persistence.create(session.header, events)
-    elif count < len(events):
-        await persistence.append(session.id, events[count:])
-    return len(events)
+        await persistence.create(session.header, session.events)
+    elif count < length:
+        await persistence.append(session.id, session.events_after(count))
+    return length
 
 
 async def _stored_length(persistence: SessionPersistence, session: LiveSession) -> int:
