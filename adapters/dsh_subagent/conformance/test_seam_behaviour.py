@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
+import pytest
+
 from dsh_subagent.adapters.continuation_types import (
     AncestorAuthority,
     ContinuableStartSpec,
@@ -18,6 +20,7 @@ from dsh_subagent.adapters.signals import AbortController
 from dsh_subagent.conformance.probes import reasons
 from dsh_subagent.conformance.support import HarnessFactory, ModelBook, run
 from dsh_subagent.core import wire
+from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
 from dsh_subagent.core.residency import ActivationState
 from dsh_subagent.core.values import (
@@ -171,11 +174,18 @@ def test_harness_19_the_seam_reports_a_raising_final_flush_on_subagent_end(
         h.service.on("subagent/end", ends)
         parent = await h.create_agent("parent")
 
-        async def settle(child: str) -> RunEndInfo:
+        async def settle(child: str, *, durable: bool = True) -> RunEndInfo:
             spec = ContinuableStartSpec(
                 "spawn", child, parent, (TextBlock("go"),), child_id=SessionId(child)
             )
-            await h.service.start_continuable(spec)
+            if durable:
+                await h.service.start_continuable(spec)
+            else:
+                # Accepted but not durable: the write-ahead commit of the prompt failed too
+                # (DUR-1); the child runs all the same.
+                with pytest.raises(SubagentError) as refused:
+                    await h.service.start_continuable(spec)
+                assert refused.value.code is ErrorCode.DURABILITY_FAILED
             await ends.of(child)
             return ends.ends[child]
 
@@ -184,7 +194,7 @@ def test_harness_19_the_seam_reports_a_raising_final_flush_on_subagent_end(
 
         confirmed = await settle("c1")
         stop = h.store.on_flush(broken)
-        raised = await settle("c2")
+        raised = await settle("c2", durable=False)
         stop()
         assert (confirmed.stop_reason, confirmed.durability_failed) == (KnownStop.COMPLETED, False)
         assert (raised.stop_reason, raised.durability_failed) == (KnownStop.COMPLETED, True)
