@@ -325,7 +325,7 @@ class SessionStore:
 
     async def flush(self, session: Session) -> bool:
         """Await every flush listener; True iff any participated (HARNESS-19)."""
-        return await self._flushed(self._live_entry(session).session)
+        return await self.commit(self._live_entry(session).session)
 
     def commit(self, session: Session) -> asyncio.Future[bool]:
         """``flush`` for a session that may have left the store already (rule 4): the
@@ -359,17 +359,6 @@ class SessionStore:
         for wait in waits:
             wait.add_done_callback(settle)
         return outcome
-
-    async def _flushed(self, live: LiveSession) -> bool:
-        listeners = self._flush.listeners
-        outcomes = await asyncio.gather(
-            *(_call_listener(listener, live) for listener in listeners),
-            return_exceptions=True,
-        )
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        return bool(listeners)
 
     def _live_entry(self, session: Session) -> _Entry:
         entry = self._entries.get(session.id)
@@ -411,12 +400,6 @@ def _listened(listener: Callable[[LiveSession], object], session: LiveSession) -
     done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
     done.set_result(result)
     return done
-
-
-async def _call_listener(listener: Callable[[LiveSession], object], session: LiveSession) -> None:
-    result = listener(session)
-    if isinstance(result, Awaitable):
-        await result
 
 
 class PersistenceBinding:
