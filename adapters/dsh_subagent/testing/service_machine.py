@@ -90,6 +90,7 @@ T = TypeVar("T")
 ROOT = SessionId("root")
 CHILD_NAMES = tuple(SessionId(f"c{n}") for n in range(5))
 OUTCOMES = ("reply", "error", "max_tokens", "refusal")
+_HOUR = 3600.0
 SETTLE_TIMEOUT = 5.0  # a hang guard only: quiescence never needs wall-clock time
 
 
@@ -150,9 +151,13 @@ class ServiceMachine(RuleBasedStateMachine):
         return self.plan.provider_phase if self.armed else "none"
 
     async def _open(self) -> None:
-        persistence = await FaultySqlite.open(self.db)
+        # Deterministic I/O, so a failing example replays: writes at the next loop tick rather
+        # than on a wall-clock timer, and neither a mailbox poll (one process posts to itself
+        # directly) nor a lease heartbeat, whose reads would count as store operations at
+        # times the clock decides.
+        persistence = await FaultySqlite.open(self.db, mailbox_poll=_HOUR, lease_ttl=_HOUR)
         assert isinstance(persistence, FaultySqlite)
-        harness = ObservedHarness(persistence, lambda _s, _o: self.model)
+        harness = ObservedHarness(persistence, lambda _s, _o: self.model, write_interval=0)
         harness.on_agent = self._watch_agent
         persistence.before_io = self._before_io
         self.unregister_flaky = harness.service.register_provider(
@@ -325,7 +330,9 @@ class ServiceMachine(RuleBasedStateMachine):
                 self.known.add(child)
 
         self._step(go())
-        return multiple(child) if child in self.known else multiple()
+        # Every attempted id joins the bundle, accepted or not: what later rules draw must not
+        # depend on an outcome (Hypothesis replays draws; an outcome can hinge on thread timing).
+        return multiple(child)
 
     @rule(
         child=children,
