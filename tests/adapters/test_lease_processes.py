@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import pytest
 
+from dsh_subagent.adapters.protocols import InboxNotification
 from dsh_subagent.adapters.reference.persistence import open_turn
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core import wire
@@ -230,6 +231,59 @@ def test_dur_23_a_killed_holder_s_pending_mail_is_delivered_by_the_next_taker(
     texts, _pending = run_value(_final(path, "last"))
     assert [t for t in texts if t.startswith("p") or t == "last"] == ["p0", "p1", "p2", "last"]
     assert texts.count("h-1") <= 1
+
+
+def test_dur_26_a_killed_holder_s_mail_is_delivered_without_a_followup(tmp_path: Path) -> None:
+    """A live harness watching the store takes over a child whose holder was SIGKILLed
+    with mail pending, and delivers it: nobody follows the child up."""
+    path = tmp_path / "sessions.db"
+    _cold_child(path)
+    holder = _spawn(path, "live", "h")
+
+    async def main() -> list[str]:
+        db = await SqlitePersistence.open(path, mailbox_poll=0.01)
+        watcher = Harness(db, ids="watcher")
+        delivered = asyncio.Event()
+        seen: list[str] = []
+
+        def created(agent: object) -> None:
+            if getattr(agent, "id", None) == CHILD:
+                agent.inserted.subscribe(inserted)  # type: ignore[attr-defined]
+
+        def inserted(note: InboxNotification) -> None:
+            seen.append(text_of(note.message.content[:1]))
+            if len([t for t in seen if t.startswith("p")]) == 3:
+                delivered.set()
+
+        watcher.agents.created.subscribe(created)
+        try:
+            assert _line(holder) == "ready"
+            _send(holder)
+            assert _line(holder) == "live"
+            poster = Harness(db, ids="poster")
+            grant = poster.manager.user_authority()
+            source = CoordinatorSource(SessionId("root"))
+            for index in range(3):
+                await poster.manager.followup(CHILD, text(f"p{index}"), grant, source=source)
+            watcher.manager.watch_mailbox()
+            holder.send_signal(signal.SIGKILL)
+            holder.wait()
+            await asyncio.wait_for(delivered.wait(), 30)  # a bound, not a synchronisation
+            await watcher.quiet()
+            await watcher.manager.drain()
+            record = await db.inspect(CHILD)
+            assert open_turn(CHILD, record.events) is None
+            return _user_texts(record.events)
+        finally:
+            await db.close()
+
+    try:
+        texts = run_value(main())
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert [t for t in texts if t.startswith("p")] == ["p0", "p1", "p2"]
 
 
 def test_lease_4_two_processes_starting_one_new_id_one_is_duplicate(tmp_path: Path) -> None:

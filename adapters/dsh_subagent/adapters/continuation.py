@@ -373,6 +373,11 @@ class ContinuationManager:
             self._engine.outbox.pop(message.id, None)
         return message.id, parent
 
+    def watch_mailbox(self) -> None:
+        """Watch the store's durable mailbox from now on: deliver mail for children held
+        here, and take over children with mail whose holder is gone (DUR-23, DUR-26)."""
+        self._mailbox.watch_store()
+
     async def _resume_for_mail(self, child_id: SessionId) -> None:
         """Resume an absent child for its pending mail alone (DUR-23); the caller holds
         the child's lock."""

@@ -26,6 +26,12 @@ Theory of operation
    down make the core resume the child for them (``MailboxArrived`` on an absent child).
 5. A persistence without the mailbox (not a ``SessionMailbox``) keeps the old refusal,
    ``ACTIVATION_HELD``.
+6. Orphans (DUR-26). A harness watches from its open (``watch_store``), not only once it
+   holds a lease. The persistence also names children with rows whose lease is free (its
+   holder released it, let it expire, or died on this host); the pass finds such a child
+   absent, the core asks for a resume, and the resume takes the lease, delivers the rows
+   (rule 4) and prunes the ones already logged. Harnesses racing for one orphan are
+   refused by the lease but one; the rest leave it.
 """
 
 from __future__ import annotations
@@ -111,6 +117,12 @@ class Mailbox:
         return stored(message_id, child_id) if posted else None
 
     # ------------------------------------------------------------------ noticing (rule 2)
+
+    def watch_store(self) -> None:
+        """Watch the current persistence's mailbox from now on (rule 6)."""
+        persistence = self._persistence()
+        if persistence is not None:
+            self.watch(persistence)
 
     def watch(self, persistence: SessionPersistence) -> None:
         """Listen to this persistence's mailbox notifications (once per persistence)."""

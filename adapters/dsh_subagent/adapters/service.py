@@ -454,6 +454,13 @@ class SubagentService:
             child, as_content(content), delivery=delivery, signal=signal
         )
 
+    def watch_mailbox(self) -> None:
+        """Watch the persistence's durable mailbox from now on (a harness calls it once open):
+        mail for children held here is delivered, and children with mail whose holder is
+        gone are taken over (DUR-26, ``docs/durability.md``)."""
+        if self._continuations is not None:
+            self._continuations.watch_mailbox()
+
     def activation_state(self, child_id: SessionId) -> ActivationState | None:
         """``running`` or ``waiting`` while the child has a live Activation, else None."""
         if self._continuations is None:

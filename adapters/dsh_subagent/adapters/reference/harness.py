@@ -33,7 +33,8 @@ Theory of operation
 8. Accepted means durable (``docs/durability.md``): an acceptance is acknowledged once its
    session is stored, so a crash after it loses nothing; ``create_agent`` returns a stored
    agent, and a running agent's log is written as it grows, ``write_interval`` seconds after
-   an append (DUR-1, DUR-2).
+   an append (DUR-1, DUR-2). A writer on SQLite watches the durable mailbox from its open,
+   so it takes over children with mail whose holder died (DUR-26).
 """
 
 from __future__ import annotations
@@ -173,7 +174,10 @@ class ReferenceHarness:
         if not readonly:
             Path(db).parent.mkdir(parents=True, exist_ok=True)
         persistence = await SqlitePersistence.open(db, synchronous=synchronous, readonly=readonly)
-        return cls(persistence, model_for, write_interval=write_interval)
+        harness = cls(persistence, model_for, write_interval=write_interval)
+        if not readonly:
+            harness.service.watch_mailbox()  # mail of a dead holder's children (DUR-26)
+        return harness
 
     async def __aenter__(self) -> Self:
         return self

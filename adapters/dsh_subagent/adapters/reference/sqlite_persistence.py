@@ -46,9 +46,12 @@ Theory of operation
    session_id, message_id, sender, content, created_at)``, created if absent on open like
    ``leases``; ``seq`` is the acceptance order. ``post`` decides and inserts inside one
    ``BEGIN IMMEDIATE``. Once anything watches (``watch_mailbox``), a poll task runs
-   ``PRAGMA data_version`` on the connection's thread every ``mailbox_poll`` seconds while a
-   lease is held: the number changes only when another connection committed, and only then
-   is the mailbox asked which held children have rows.
+   ``PRAGMA data_version`` on the connection's thread every ``mailbox_poll`` seconds
+   (``probe_mailbox`` is one probe): the number changes only when another connection
+   committed, and only then is the mailbox asked which children have rows. Those held here
+   are named to the watchers, and so are orphans, whose lease is free (DUR-26); the rows
+   held by another live owner are remembered, and named once that lease frees without a
+   write (it expires, or its pid is gone on this host).
 11. Group commit (DUR-3): ``create`` and ``append`` do not commit alone. A write joins the
    open batch; the first of a batch schedules it for the end of the loop tick, and while a
    batch is being committed the next one gathers. A batch runs on the connection's thread
@@ -63,7 +66,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import functools
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -362,6 +364,9 @@ class SqlitePersistence:
         self._poll_every = mailbox_poll
         self._watchers: list[MailboxListener] = []
         self._poll: asyncio.Task[None] | None = None
+        self._seen_version: int | None = None
+        #: Children with mail whose lease another live holder had at the last scan.
+        self._others: dict[SessionId, LeaseRow] = {}
         self._batch: builtins.list[tuple[_Job, SessionId, asyncio.Future[None]]] = []
         self._committing: asyncio.Future[builtins.list[BaseException | None]] | None = None
 
@@ -815,28 +820,55 @@ class SqlitePersistence:
 
         return stop
 
-    async def _probe(self) -> None:
-        """Until closed: when another connection committed, name the held children with mail."""
-        seen: builtins.list[int | None] = [None]
+    async def probe_mailbox(self) -> builtins.list[SessionId]:
+        """One probe (rule 10): name, to every watcher, the held children with rows when
+        another connection committed, and the orphans: children with rows whose lease is free
+        (released, expired, or its process gone on this host), for a watcher to take over.
+        Returns the children named, in order."""
+        if self._closed or not self._watchers:
+            return []
+        me = self._me
+        # A lease seen held elsewhere frees without any write: it expires, or its pid dies.
+        now = self._clock()
+        freed = {sid for sid, row in self._others.items() if not held_elsewhere(row, me, now)}
+        query = """SELECT m.session_id, l.owner, l.host, l.pid, l.epoch, l.expires_at
+            FROM (SELECT DISTINCT session_id FROM mailbox) AS m
+            LEFT JOIN leases AS l USING (session_id)"""
 
-        def job(conn: sqlite3.Connection, held: builtins.list[SessionId]) -> set[SessionId]:
+        def job(conn: sqlite3.Connection) -> tuple[int, builtins.list[tuple[str, LeaseRow | None]]]:
             (version,) = conn.execute("PRAGMA data_version").fetchone()
-            if version == seen[0]:
-                return set()
-            seen[0] = version
-            marks = ", ".join("?" * len(held))
-            query = f"SELECT DISTINCT session_id FROM mailbox WHERE session_id IN ({marks})"
-            return {SessionId(row[0]) for row in conn.execute(query, held)}
+            if version == self._seen_version:
+                return version, []
+            rows = conn.execute(query).fetchall()
+            return version, [
+                (row[0], None if row[2] is None else LeaseRow(*row[1:])) for row in rows
+            ]
 
+        version, rows = await self._run(job)
+        found = set(freed)
+        if version != self._seen_version:
+            self._seen_version, self._others = version, {}
+            now = self._clock()
+            for sid, lease in rows:
+                child = SessionId(sid)
+                if child in self._held or not held_elsewhere(lease, me, now):
+                    found.add(child)
+                else:
+                    assert lease is not None
+                    self._others[child] = lease
+        named = sorted(found)
+        for sid in named:
+            self._others.pop(sid, None)
+            for listener in tuple(self._watchers):
+                listener(sid)
+        return named
+
+    async def _probe(self) -> None:
+        """Probe every ``mailbox_poll`` seconds until closed (rule 10)."""
         while not self._closed:
             await asyncio.sleep(self._poll_every)
-            held = list(self._held)
-            if not held or not self._watchers:
-                continue
             with contextlib.suppress(SubagentError):
-                for sid in sorted(await self._run(functools.partial(job, held=held))):
-                    for listener in tuple(self._watchers):
-                        listener(sid)
+                await self.probe_mailbox()
 
     async def close(self) -> None:
         """Release every held lease, then close the connection and its thread; later calls
