@@ -160,6 +160,7 @@ class PairMachine(RuleBasedStateMachine):
         model = GatedModel()
 
         async def opening() -> _Instance:
+            # synchronous OFF: the crashes here are a process's, never a power loss.
             persistence = await FaultySqlite.open(
                 self.db, synchronous="OFF", mailbox_poll=_HOUR, lease_ttl=_HOUR
             )
