@@ -47,6 +47,24 @@ def _error(text: str) -> ToolOutcome:
     return ToolOutcome((TextBlock(text),), is_error=True)
 
 
+def _add(tools: dict[str, Tool], tool: Tool) -> Unsubscribe:
+    """Validate ``tool`` and add it to ``tools`` under its unique name; the disposer removes
+    it once (and not a later tool of the same name)."""
+    if not isinstance(tool, Tool):
+        raise invalid("tool", "must be a Tool")
+    require_str(tool.name, "tool.name", non_empty=True)
+    check_json(tool.schema, "tool.schema")
+    if tool.name in tools:
+        raise invalid("tool.name", f"tool {tool.name!r} is already registered")
+    tools[tool.name] = tool
+
+    def unregister() -> None:
+        if tools.get(tool.name) is tool:
+            del tools[tool.name]
+
+    return unregister
+
+
 class ToolRegistry:
     """A set of tools, or a restricted view over a parent registry."""
 
@@ -66,19 +84,7 @@ class ToolRegistry:
         """Add ``tool`` to the root registry; the disposer removes it once."""
         if self._parent is not None:
             return self._parent.register(tool)
-        if not isinstance(tool, Tool):
-            raise invalid("tool", "must be a Tool")
-        require_str(tool.name, "tool.name", non_empty=True)
-        check_json(tool.schema, "tool.schema")
-        if tool.name in self._tools:
-            raise invalid("tool.name", f"tool {tool.name!r} is already registered")
-        self._tools[tool.name] = tool
-
-        def unregister() -> None:
-            if self._tools.get(tool.name) is tool:
-                del self._tools[tool.name]
-
-        return unregister
+        return _add(self._tools, tool)
 
     def _visible(self, name: str) -> bool:
         return name not in self._deny and (self._allow is None or name in self._allow)
@@ -160,19 +166,7 @@ class ScopedTools(ToolRegistry):
 
     def register(self, tool: Tool) -> Unsubscribe:
         """Register a child-local tool: visible here only, never filtered."""
-        if not isinstance(tool, Tool):
-            raise invalid("tool", "must be a Tool")
-        require_str(tool.name, "tool.name", non_empty=True)
-        check_json(tool.schema, "tool.schema")
-        if tool.name in self._tools:
-            raise invalid("tool.name", f"tool {tool.name!r} is already registered")
-        self._tools[tool.name] = tool
-
-        def unregister() -> None:
-            if self._tools.get(tool.name) is tool:
-                del self._tools[tool.name]
-
-        return unregister
+        return _add(self._tools, tool)
 
     def tools(self) -> tuple[Tool, ...]:
         visible = tuple(
