@@ -63,8 +63,8 @@ def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Pair:
             first = InMemoryPersistence(clock=clock, lease_ttl=TTL)
             return first, first.peer()
         if request.param == "postgres":
-            one = await PostgresPersistence.open(address, clock=clock, lease_ttl=TTL)
-            return one, await PostgresPersistence.open(address, clock=clock, lease_ttl=TTL)
+            shared = await PostgresPersistence.open(address, clock=clock, lease_ttl=TTL)
+            return shared, await PostgresPersistence.open(address, clock=clock, lease_ttl=TTL)
         path = tmp_path / "sessions.db"
         one = await SqlitePersistence.open(path, clock=clock, lease_ttl=TTL)
         return one, await SqlitePersistence.open(path, clock=clock, lease_ttl=TTL)

@@ -42,8 +42,8 @@ async def _stores(backend: str, where: str) -> tuple[Store, Store]:
         first = InMemoryPersistence()
         return first, first.peer()
     if backend == "postgres":
-        one = await PostgresPersistence.open(where)
-        return one, await PostgresPersistence.open(where)
+        shared = await PostgresPersistence.open(where)
+        return shared, await PostgresPersistence.open(where)
     path = Path(where)
     one = await SqlitePersistence.open(path, mailbox_poll=0.01)
     return one, await SqlitePersistence.open(path, mailbox_poll=0.01)

@@ -83,7 +83,9 @@ from dsh_subagent.adapters.reference.persistence import (
     fence,
     grant,
     held_elsewhere,
+    is_postgres_address,
     lease_of,
+    redact,
     repair_event,
     require_continues,
     require_ids,
@@ -107,7 +109,6 @@ from dsh_subagent.core.values import (
 
 try:
     import psycopg
-    from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import AsyncConnectionPool
 except ImportError as missing:  # pragma: no cover - the dev install has the extra
     raise MissingExtra("the PostgreSQL session store", "psycopg", "postgres") from missing
@@ -183,23 +184,6 @@ SCHEMA_VERSION: Final = MIGRATIONS[-1][0]
 _LEASE_COLUMNS: Final = "owner, host, pid, epoch, expires_at"
 
 
-def is_postgres_address(db: object) -> bool:
-    """Whether ``db`` names a PostgreSQL server (``postgresql://`` or ``postgres://``)."""
-    return isinstance(db, str) and db.startswith(("postgresql://", "postgres://"))
-
-
-def redact(address: str) -> str:
-    """The address without its password, for messages."""
-    try:
-        parts = conninfo_to_dict(address)
-    except psycopg.Error:
-        return "a PostgreSQL address"
-    user = f"{parts['user']}@" if parts.get("user") else ""
-    host = parts.get("host") or "localhost"
-    port = f":{parts['port']}" if parts.get("port") else ""
-    return f"postgresql://{user}{host}{port}/{parts.get('dbname') or ''}"
-
-
 def _unavailable(where: str, error: psycopg.Error, session_id: str | None) -> SubagentError:
     on = "" if session_id is None else f" on session {session_id!r}"
     return SubagentError(
@@ -249,7 +233,7 @@ async def migrate(conn: Conn, where: str) -> int:
         for number, statements in MIGRATIONS:
             if number > version:
                 for statement in statements:
-                    await conn.execute(statement)  # type: ignore[arg-type]
+                    await conn.execute(statement)
                 await conn.execute(
                     "INSERT INTO dsh_schema_migrations (version) VALUES (%s)", (number,)
                 )
@@ -267,7 +251,7 @@ def _require_known(version: int, where: str) -> None:
 
 async def _lease_row(conn: Conn, session_id: SessionId, *, lock: bool) -> LeaseRow | None:
     query = f"SELECT {_LEASE_COLUMNS} FROM leases WHERE session_id = %s"
-    cur = await conn.execute(query + (" FOR UPDATE" if lock else ""), (session_id,))  # type: ignore[arg-type]
+    cur = await conn.execute(query + (" FOR UPDATE" if lock else ""), (session_id,))
     row = await cur.fetchone()
     if row is None:
         return None
@@ -283,7 +267,7 @@ async def _lease_row(conn: Conn, session_id: SessionId, *, lock: bool) -> LeaseR
 
 async def _header_text(conn: Conn, session_id: SessionId, *, lock: bool = False) -> str:
     query = "SELECT header FROM sessions WHERE id = %s" + (" FOR UPDATE" if lock else "")
-    cur = await conn.execute(query, (session_id,))  # type: ignore[arg-type]
+    cur = await conn.execute(query, (session_id,))
     row = await cur.fetchone()
     if row is None:
         raise unknown_session(session_id)
@@ -319,6 +303,7 @@ class PostgresPersistence:
         self,
         pool: AsyncConnectionPool[Conn],
         address: str,
+        *,
         clock: Clock,
         lease_ttl: float,
         me: LeaseOwner,
@@ -397,7 +382,7 @@ class PostgresPersistence:
             configure=configure,
         )
         await pool.open(wait=True, timeout=30)
-        return cls(pool, address, clock, ttl, me, readonly)
+        return cls(pool, address, clock=clock, lease_ttl=ttl, me=me, readonly=readonly)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -582,7 +567,7 @@ class PostgresPersistence:
                     epoch = excluded.epoch, expires_at = excluded.expires_at
                     WHERE leases.epoch = %s AND leases.expires_at = %s
                     AND leases.owner IS NOT DISTINCT FROM %s
-                    RETURNING epoch""",  # type: ignore[arg-type]
+                    RETURNING epoch""",
                     (
                         sid,
                         new.owner,
@@ -678,9 +663,7 @@ class PostgresPersistence:
                 VALUES (%s, %s, %s, %s, %s)""",
                 (sid, message_id, sender, content, self._clock()),
             )
-            await conn.execute(
-                "SELECT pg_notify(%s, %s)", (CHANNEL, json.dumps([row.owner, sid]))
-            )
+            await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, json.dumps([row.owner, sid])))
         return True
 
     async def mailbox(self, session_id: SessionId) -> builtins.list[UserMessage]:
@@ -787,4 +770,3 @@ class PostgresPersistence:
                 await self.release(lease)
         self._closed = True
         await self._pool.close()
-
