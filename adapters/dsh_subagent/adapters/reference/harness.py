@@ -90,6 +90,21 @@ Backend: TypeAlias = "InMemoryPersistence | SqlitePersistence | PostgresPersiste
 _H = TypeVar("_H", bound="ReferenceHarness")
 
 
+async def open_persistence(
+    db: str | os.PathLike[str], *, synchronous: str = "FULL", readonly: bool = False
+) -> SqlitePersistence | PostgresPersistence:
+    """The store ``db`` names (rule 5): PostgreSQL for a ``postgresql://`` address, else the
+    SQLite file at the path (its directory created for a writer)."""
+    if is_postgres_address(db):
+        from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
+
+        assert isinstance(db, str)
+        return await PostgresPersistence.open(db, readonly=readonly)
+    if not readonly:
+        Path(db).parent.mkdir(parents=True, exist_ok=True)
+    return await SqlitePersistence.open(db, synchronous=synchronous, readonly=readonly)
+
+
 class HarnessOpening(Generic[_H]):
     """What ``ReferenceHarness.open`` returns: await it, or ``async with`` it (rule 3)."""
 
@@ -178,15 +193,7 @@ class ReferenceHarness:
     ) -> Self:
         if db is None:
             return cls(InMemoryPersistence(), model_for, write_interval=write_interval)
-        if is_postgres_address(db):
-            from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
-
-            assert isinstance(db, str)
-            shared = await PostgresPersistence.open(db, readonly=readonly)
-            return cls(shared, model_for, write_interval=write_interval)
-        if not readonly:
-            Path(db).parent.mkdir(parents=True, exist_ok=True)
-        persistence = await SqlitePersistence.open(db, synchronous=synchronous, readonly=readonly)
+        persistence = await open_persistence(db, synchronous=synchronous, readonly=readonly)
         return cls(persistence, model_for, write_interval=write_interval)
 
     async def __aenter__(self) -> Self:
