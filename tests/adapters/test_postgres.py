@@ -264,3 +264,16 @@ def test_pg_7_orphaned_mail_is_claimed_skipping_locked_rows(postgres_db: str) ->
         await other.close()
 
     run(main())
+
+
+def test_pg_1_without_a_server_a_local_run_skips_and_ci_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsh_subagent.testing import postgres
+
+    monkeypatch.setenv("CI", "")
+    with pytest.raises(pytest.skip.Exception, match="no binaries"):
+        postgres._unavailable("no binaries")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="cannot run under CI: no binaries"):
+        postgres._unavailable("no binaries")
