@@ -86,7 +86,8 @@ class PostgresCluster:
         if done.returncode != 0:
             raise RuntimeError(f"{argv[0]} failed: {done.stdout}{done.stderr}")
 
-    def start(self) -> None:
+    def start(self, *, fsync: bool = False) -> None:
+        """``initdb`` and ``pg_ctl start``; without ``fsync`` unless asked (rule 3)."""
         if self.user is not None:
             os.chown(self.root, self.user.pw_uid, self.user.pw_gid)
         self._run(
@@ -102,7 +103,9 @@ class PostgresCluster:
             "--locale=C",
             "--no-sync",
         )
-        options = f"-k {self.root} -c listen_addresses='' -c fsync=off -c full_page_writes=off"
+        options = f"-k {self.root} -c listen_addresses='' -c max_connections=200"
+        if not fsync:
+            options += " -c fsync=off -c full_page_writes=off -c synchronous_commit=off"
         self._run(
             str(self.bindir / "pg_ctl"),
             "-D",
@@ -110,7 +113,7 @@ class PostgresCluster:
             "-l",
             str(self.root / "server.log"),
             "-o",
-            options + " -c synchronous_commit=off -c max_connections=200",
+            options,
             "-w",
             "start",
         )
@@ -149,7 +152,8 @@ class PostgresCluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _account() -> pwd.struct_passwd | None:
+def server_account() -> pwd.struct_passwd | None:
+    """The account to run the server as: None unless root (rule 2)."""
     if os.geteuid() != 0:
         return None
     for name in ("postgres", "nobody"):
@@ -172,7 +176,7 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
         _unavailable("no PostgreSQL server binaries (initdb, pg_ctl) found")
     assert bindir is not None
     # A short path: a Unix socket's path is limited to about 100 bytes.
-    cluster = PostgresCluster(bindir, Path(tempfile.mkdtemp(prefix="dshpg")), _account())
+    cluster = PostgresCluster(bindir, Path(tempfile.mkdtemp(prefix="dshpg")), server_account())
     try:
         cluster.start()
         yield cluster
