@@ -11,7 +11,7 @@ Theory of operation
    concurrent senders; the call to its durable return).
 3. ``W3``: ``convs`` continuable children of ``turns`` turns each are built and drained;
    a fresh harness on the same store then follows each up once: the time from the call
-   to that child's release (cold resume, one turn, final flush) per child.
+   to that epoch's ``subagent/end`` (cold resume, one turn) per child.
 4. ``FANOUT``: 1 and then 4 worker processes on one PostgreSQL database, each its own
    harness starting ``children`` continuable children under its own root; released
    together (a stdin barrier), each reports its own elapsed time. Children per second is
@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 from bench.acceptance import accepted
@@ -37,6 +38,7 @@ from bench.world import percentile
 from dsh_subagent.adapters.continuation_types import ContinuableStartSpec
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.adapters.reference.scripted_model import NullModel
+from dsh_subagent.core.lifecycle import SUBAGENT_END, RunEndInfo
 from dsh_subagent.core.values import CoordinatorSource, SessionId, TextBlock
 from dsh_subagent.testing.postgres import PostgresCluster, find_bindir, server_account
 
@@ -48,9 +50,22 @@ def _null(_session: object, _options: object) -> NullModel:
     return NullModel()
 
 
+def _ends(harness: ReferenceHarness) -> defaultdict[str, asyncio.Queue[RunEndInfo]]:
+    """Each child's ``subagent/end`` notifications, one per epoch, as they come."""
+    ends: defaultdict[str, asyncio.Queue[RunEndInfo]] = defaultdict(asyncio.Queue)
+
+    def on_end(payload: object) -> None:
+        if isinstance(payload, RunEndInfo):
+            ends[payload.start.child_id].put_nowait(payload)
+
+    harness.service.on(SUBAGENT_END, on_end)
+    return ends
+
+
 async def cold_resumes(db: str, convs: int, turns: int) -> JsonDict:
-    """Build, then time one cold resume per child to its release (rule 3)."""
+    """Build, then time one cold resume per child to its epoch's end (rule 3)."""
     async with ReferenceHarness.open(_null, db=db) as harness:
+        ends = _ends(harness)
         root = await harness.create_agent("root")
         source = CoordinatorSource(root.id)
         grant = harness.service.user_authority()
@@ -58,20 +73,24 @@ async def cold_resumes(db: str, convs: int, turns: int) -> JsonDict:
             child = SessionId(f"conv-{c}")
             spec = ContinuableStartSpec("spawn", "w", root, (TextBlock("t0"),), child_id=child)
             await harness.service.start_continuable(spec)
+            await ends[child].get()
             for turn in range(1, turns):
-                await harness.service.drain_continuable_children(root, [child])
                 await harness.service.followup(
                     child, (TextBlock(f"t{turn}"),), grant, source=source
                 )
+                await ends[child].get()
         await harness.service.drain_continuable()
     latencies: list[float] = []
     async with ReferenceHarness.open(_null, db=db) as harness:
+        ends = _ends(harness)
         grant = harness.service.user_authority()
         for c in range(convs):
+            child = SessionId(f"conv-{c}")
             began = time.perf_counter()
-            await harness.service.followup(SessionId(f"conv-{c}"), (TextBlock("more"),), grant)
-            await harness.service.drain_continuable()
+            await harness.service.followup(child, (TextBlock("more"),), grant)
+            await ends[child].get()
             latencies.append((time.perf_counter() - began) * 1e6)
+        await harness.service.drain_continuable()
     ordered = sorted(latencies)
     return {
         "n": len(ordered),
