@@ -38,3 +38,6 @@ settings.register_profile(
 
 _default = "ci" if os.environ.get("CI") else "dev"
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _default))
+
+# The throwaway PostgreSQL cluster's fixtures (postgres_cluster, postgres_db).
+pytest_plugins = ("dsh_subagent.testing.postgres",)

@@ -58,14 +58,17 @@ def _summary(latencies_ns: list[int], wall_s: float) -> JsonDict:
     }
 
 
-async def accepted(senders: int, messages: int, folder: Path, children: int = 20) -> JsonDict:
-    """Time ``messages`` follow-ups from ``senders`` concurrent senders (rule 1)."""
+async def accepted(
+    senders: int, messages: int, folder: Path, children: int = 20, db: str | None = None
+) -> JsonDict:
+    """Time ``messages`` follow-ups from ``senders`` concurrent senders (rule 1); ``db`` is
+    another store to use (a PostgreSQL address: ``bench/postgres.py``)."""
     model = HeldModel()
 
     def model_for(_session: Session, _options: AgentOptions) -> HeldModel:
         return model
 
-    path = folder / f"acc-{senders}.sqlite"
+    path = db or folder / f"acc-{senders}.sqlite"
     harness = await ReferenceHarness.open(model_for, db=path, synchronous="FULL")
     root = await harness.create_agent("root")
     ids = [SessionId(f"c{n}") for n in range(children)]

@@ -22,10 +22,9 @@ from typing import Any
 
 import pytest
 
-from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.harness import ReferenceHarness, open_persistence
 from dsh_subagent.adapters.reference.scripted_model import NullModel
 from dsh_subagent.adapters.reference.session import LiveSession
-from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core.values import (
     INBOX_SPLICED,
     USER_MESSAGE,
@@ -41,7 +40,7 @@ KILLS = 40 if SOAK else 3
 WORKER = """
 import asyncio, sys
 from dsh_subagent.adapters.continuation_types import ContinuableStartSpec, ParentAgent
-from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.harness import ReferenceHarness, open_persistence
 from dsh_subagent.adapters.reference.scripted_model import NullModel
 from dsh_subagent.core.values import CoordinatorSource, SessionId, TextBlock
 
@@ -83,10 +82,10 @@ def _ids(events: tuple[SessionEvent, ...], kind: str) -> list[str]:
     return found
 
 
-def _run_and_kill(db: Path, rng: random.Random, children: int) -> dict[str, list[str]]:
+def _run_and_kill(db: str, rng: random.Random, children: int) -> dict[str, list[str]]:
     """Run the worker, SIGKILL it after a random number of acceptances; what it was told."""
     worker = subprocess.Popen(
-        [sys.executable, "-c", WORKER, str(db), str(children)],
+        [sys.executable, "-c", WORKER, db, str(children)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -106,8 +105,8 @@ def _run_and_kill(db: Path, rng: random.Random, children: int) -> dict[str, list
     return told
 
 
-async def _check(db: Path, told: dict[str, list[str]]) -> None:
-    store = await SqlitePersistence.open(db)
+async def _check(db: str, told: dict[str, list[str]]) -> None:
+    store = await open_persistence(db)
     try:
         for header in await store.list():
             record = await store.load(header.id)  # repairs an interrupted tail
@@ -120,7 +119,7 @@ async def _check(db: Path, told: dict[str, list[str]]) -> None:
         await store.close()
 
 
-async def _cold_resume(db: Path, told: dict[str, list[str]]) -> None:
+async def _cold_resume(db: str, told: dict[str, list[str]]) -> None:
     """A new harness follows every child up: each accepted message is claimed exactly once,
     with its original id, by then."""
     async with ReferenceHarness.open(lambda s, o: NullModel(), db=db) as harness:
@@ -139,10 +138,19 @@ async def _cold_resume(db: Path, told: dict[str, list[str]]) -> None:
         assert root.id == "root"
 
 
-@pytest.mark.parametrize("run", range(KILLS))
-def test_dur_2_a_sigkill_loses_and_duplicates_no_accepted_message(tmp_path: Path, run: int) -> None:
+@pytest.mark.parametrize(
+    ("backend", "run"),
+    [("sqlite", run) for run in range(KILLS)] + [("postgres", run) for run in range(2)],
+)
+def test_dur_2_a_sigkill_loses_and_duplicates_no_accepted_message(
+    request: pytest.FixtureRequest, tmp_path: Path, backend: str, run: int
+) -> None:
     rng = random.Random(run)
-    db = tmp_path / "crash.db"
+    db = (
+        str(request.getfixturevalue("postgres_db"))
+        if backend == "postgres"
+        else str(tmp_path / "crash.db")
+    )
     told = _run_and_kill(db, rng, children=rng.randint(1, 3))
     assert told
     asyncio.run(_check(db, told))

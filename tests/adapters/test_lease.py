@@ -19,11 +19,12 @@ import pytest
 
 from dsh_subagent.adapters.protocols import Lease
 from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import SessionEvent, SessionHeader, SessionId
 
-Store: TypeAlias = InMemoryPersistence | SqlitePersistence
+Store: TypeAlias = InMemoryPersistence | SqlitePersistence | PostgresPersistence
 Pair: TypeAlias = Callable[[], Awaitable[tuple[Store, Store]]]
 T = TypeVar("T")
 
@@ -52,14 +53,18 @@ def code_of(error: pytest.ExceptionInfo[SubagentError]) -> ErrorCode:
     return error.value.code
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Pair:
     NOW[0] = 1000.0
+    address = request.getfixturevalue("postgres_db") if request.param == "postgres" else ""
 
     async def open_pair() -> tuple[Store, Store]:
         if request.param == "memory":
             first = InMemoryPersistence(clock=clock, lease_ttl=TTL)
             return first, first.peer()
+        if request.param == "postgres":
+            shared = await PostgresPersistence.open(address, clock=clock, lease_ttl=TTL)
+            return shared, await PostgresPersistence.open(address, clock=clock, lease_ttl=TTL)
         path = tmp_path / "sessions.db"
         one = await SqlitePersistence.open(path, clock=clock, lease_ttl=TTL)
         return one, await SqlitePersistence.open(path, clock=clock, lease_ttl=TTL)

@@ -1,4 +1,5 @@
-"""One Activation per child across real OS processes on one SQLite file (LEASE-1..6).
+"""One Activation per child across real OS processes on one store (LEASE-1..6): a SQLite
+file, or a PostgreSQL database.
 
 Each worker is a Python process with its own harness over the same store. Workers report
 ``ready``, then wait on their stdin: the test releases them together (the barrier). A worker
@@ -20,6 +21,7 @@ from typing import TypeVar
 import pytest
 
 from dsh_subagent.adapters.protocols import InboxNotification
+from dsh_subagent.adapters.reference.harness import open_persistence
 from dsh_subagent.adapters.reference.persistence import open_turn
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core import wire
@@ -34,6 +36,7 @@ from dsh_subagent.core.values import (
 from tests.adapters.continuation_harness import Harness, run, text
 
 ROOT = Path(__file__).resolve().parents[2]
+BACKENDS = ["sqlite", "postgres"]
 CHILD = SessionId("c")
 T = TypeVar("T")
 
@@ -42,14 +45,14 @@ import asyncio, sys
 sys.path.insert(0, {root!r})
 from tests.adapters.continuation_harness import Harness, text
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
-from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
+from dsh_subagent.adapters.reference.harness import open_persistence
 from dsh_subagent.core.errors import SubagentError
 from dsh_subagent.core.values import CoordinatorSource, SessionId
 
 async def main():
     mode, name = sys.argv[1], sys.argv[2]
     loop = asyncio.get_running_loop()
-    db = await SqlitePersistence.open({path!r})
+    db = await open_persistence({path!r})
     h = Harness(db, ids=name)
     gate = Gate()
     h.script("c", Gated(gate, reply("done " + name)))
@@ -85,8 +88,16 @@ asyncio.run(main())
 """
 
 
-def _spawn(path: Path, mode: str, name: str) -> subprocess.Popen[str]:
-    script = WORKER.format(root=str(ROOT), path=str(path))
+@pytest.fixture(params=BACKENDS)
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store the workers share: a SQLite file, or a PostgreSQL database."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_db"))
+    return str(tmp_path / "sessions.db")
+
+
+def _spawn(path: str, mode: str, name: str) -> subprocess.Popen[str]:
+    script = WORKER.format(root=str(ROOT), path=path)
     return subprocess.Popen(
         [sys.executable, "-c", script, mode, name],
         stdin=subprocess.PIPE,
@@ -106,7 +117,7 @@ def _send(worker: subprocess.Popen[str]) -> None:
     worker.stdin.flush()
 
 
-def _race(path: Path, mode: str, names: Sequence[str]) -> dict[str, str]:
+def _race(path: str, mode: str, names: Sequence[str]) -> dict[str, str]:
     """Line the workers up, release them together, collect outcomes, let them finish."""
     workers = {name: _spawn(path, mode, name) for name in names}
     try:
@@ -137,11 +148,11 @@ def _user_texts(events: Sequence[SessionEvent]) -> list[str]:
     return texts
 
 
-def _cold_child(path: Path) -> None:
+def _cold_child(path: str) -> None:
     """A store holding the root and a settled, released child ``c`` (its lease released)."""
 
     async def main() -> None:
-        db = await SqlitePersistence.open(path)
+        db = await open_persistence(path)
         h = Harness(db)
         root = await h.root()
         await h.start(root, "c", "first")
@@ -153,8 +164,8 @@ def _cold_child(path: Path) -> None:
     run(main)
 
 
-async def _record(path: Path) -> tuple[list[str], int]:
-    db = await SqlitePersistence.open(path)
+async def _record(path: str) -> tuple[list[str], int]:
+    db = await open_persistence(path)
     try:
         record = await db.inspect(CHILD)
         assert open_turn(CHILD, record.events) is None  # balanced
@@ -164,10 +175,10 @@ async def _record(path: Path) -> tuple[list[str], int]:
         await db.close()
 
 
-async def _final(path: Path, sender: str) -> tuple[list[str], list[str]]:
+async def _final(path: str, sender: str) -> tuple[list[str], list[str]]:
     """Follow the child up once more from this process (a cold resume that delivers what is
     still pending, then its own message); return its user texts and the mailbox's ids."""
-    db = await SqlitePersistence.open(path)
+    db = await open_persistence(path)
     try:
         h = Harness(db, ids="final")
         grant = h.manager.user_authority()
@@ -184,10 +195,10 @@ async def _final(path: Path, sender: str) -> tuple[list[str], list[str]]:
 
 @pytest.mark.parametrize("count", [2, 4])
 def test_lease_1_lease_2_concurrent_cold_followups_get_one_activation(
-    tmp_path: Path, count: int
+    where: str, count: int
 ) -> None:
     """DUR-20, DUR-22, DUR-24: one Activation; the others' follow-ups go to the mailbox."""
-    path = tmp_path / "sessions.db"
+    path = where
     _cold_child(path)
     names = [f"w{index}" for index in range(count)]
     outcomes = _race(path, "followup", names)
@@ -202,9 +213,9 @@ def test_lease_1_lease_2_concurrent_cold_followups_get_one_activation(
 
 
 def test_dur_23_a_killed_holder_s_pending_mail_is_delivered_by_the_next_taker(
-    tmp_path: Path,
+    where: str,
 ) -> None:
-    path = tmp_path / "sessions.db"
+    path = where
     _cold_child(path)
     holder = _spawn(path, "live", "h")
     try:
@@ -213,7 +224,7 @@ def test_dur_23_a_killed_holder_s_pending_mail_is_delivered_by_the_next_taker(
         assert _line(holder) == "live"
 
         async def post() -> None:
-            db = await SqlitePersistence.open(path)
+            db = await open_persistence(path)
             try:
                 h = Harness(db, ids="poster")
                 grant = h.manager.user_authority()
@@ -236,7 +247,7 @@ def test_dur_23_a_killed_holder_s_pending_mail_is_delivered_by_the_next_taker(
 def test_dur_26_a_killed_holder_s_mail_is_delivered_without_a_followup(tmp_path: Path) -> None:
     """A live harness watching the store takes over a child whose holder was SIGKILLed
     with mail pending, and delivers it: nobody follows the child up."""
-    path = tmp_path / "sessions.db"
+    path = str(tmp_path / "sessions.db")
     _cold_child(path)
     holder = _spawn(path, "live", "h")
 
@@ -268,7 +279,7 @@ def test_dur_26_a_killed_holder_s_mail_is_delivered_without_a_followup(tmp_path:
             watcher.manager.watch_mailbox()
             holder.send_signal(signal.SIGKILL)
             holder.wait()
-            await asyncio.wait_for(delivered.wait(), 30)  # a bound, not a synchronisation
+            await asyncio.wait_for(delivered.wait(), 120)  # a bound, not a synchronisation
             await watcher.quiet()
             await watcher.manager.drain()
             record = await db.inspect(CHILD)
@@ -286,14 +297,14 @@ def test_dur_26_a_killed_holder_s_mail_is_delivered_without_a_followup(tmp_path:
     assert [t for t in texts if t.startswith("p")] == ["p0", "p1", "p2"]
 
 
-def test_lease_4_two_processes_starting_one_new_id_one_is_duplicate(tmp_path: Path) -> None:
-    path = tmp_path / "sessions.db"
+def test_lease_4_two_processes_starting_one_new_id_one_is_duplicate(where: str) -> None:
+    path = where
     outcomes = _race(path, "start", ["a", "b"])
     assert sorted(outcomes.values()) == sorted(["accepted", ErrorCode.DUPLICATE_CHILD.value])
     (winner,) = [name for name, outcome in outcomes.items() if outcome == "accepted"]
 
     async def check() -> None:
-        db = await SqlitePersistence.open(path)
+        db = await open_persistence(path)
         try:
             record = await db.inspect(CHILD)
             assert record.header.parent_session == f"root-{winner}"
@@ -308,15 +319,15 @@ def test_lease_4_two_processes_starting_one_new_id_one_is_duplicate(tmp_path: Pa
     run_value(check())
 
 
-def test_lease_5_a_killed_holder_on_this_host_is_taken_over_at_once(tmp_path: Path) -> None:
-    path = tmp_path / "sessions.db"
+def test_lease_5_a_killed_holder_on_this_host_is_taken_over_at_once(where: str) -> None:
+    path = where
     _cold_child(path)
     holder = _spawn(path, "hold", "h")
     try:
         assert _line(holder) == "ready"
 
         async def refused() -> None:
-            db = await SqlitePersistence.open(path)
+            db = await open_persistence(path)
             try:
                 with pytest.raises(SubagentError) as caught:
                     await db.acquire(CHILD)

@@ -14,6 +14,7 @@ import pytest
 
 from dsh_subagent.adapters.protocols import InboxNotification
 from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core.errors import ErrorCode, SubagentError
@@ -23,23 +24,37 @@ from tests.adapters.continuation_harness import Harness, run, text, user_message
 CHILD = SessionId("c")
 
 
-Store = InMemoryPersistence | SqlitePersistence
+Store = InMemoryPersistence | SqlitePersistence | PostgresPersistence
+BACKENDS = ["memory", "sqlite", "postgres"]
 
 
-async def _stores(backend: str, path: Path) -> tuple[Store, Store]:
+@pytest.fixture
+def where(request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> str:
+    """The store's address: a SQLite path, or a fresh PostgreSQL database."""
+    if backend == "postgres":
+        address: str = request.getfixturevalue("postgres_db")
+        return address
+    return str(tmp_path / "sessions.db")
+
+
+async def _stores(backend: str, where: str) -> tuple[Store, Store]:
     if backend == "memory":
         first = InMemoryPersistence()
         return first, first.peer()
+    if backend == "postgres":
+        shared = await PostgresPersistence.open(where)
+        return shared, await PostgresPersistence.open(where)
+    path = Path(where)
     one = await SqlitePersistence.open(path, mailbox_poll=0.01)
     return one, await SqlitePersistence.open(path, mailbox_poll=0.01)
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_dur_22_the_holder_delivers_mail_from_another_harness_on_the_store(
-    tmp_path: Path, backend: str
+    where: str, backend: str
 ) -> None:
     async def main() -> None:
-        a, b = await _stores(backend, tmp_path / "sessions.db")
+        a, b = await _stores(backend, where)
         one, two = Harness(a, ids="one"), Harness(b, ids="two")
         root = await one.root()
         gate = Gate()
@@ -87,12 +102,12 @@ def test_dur_21_bad_input_is_refused_before_any_write() -> None:
     run(main)
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_dur_21_post_writes_only_while_another_live_holder_has_the_lease(
-    tmp_path: Path, backend: str
+    where: str, backend: str
 ) -> None:
     async def main() -> None:
-        a, b = await _stores(backend, tmp_path / "sessions.db")
+        a, b = await _stores(backend, where)
         message = UserMessage(MessageId("m1"), text("hi"), CoordinatorSource(SessionId("r")))
         assert await b.post(CHILD, message) is False  # nobody holds it: take it yourself
         lease = await a.reserve(CHILD)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from dsh_subagent.adapters.protocols import CachedProjection, SessionRecord, SessionSnapshot
 from dsh_subagent.adapters.reference.persistence import InMemoryPersistence, encode_header
+from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError
@@ -33,7 +34,7 @@ from dsh_subagent.core.values import (
     TurnEndReason,
 )
 
-Store: TypeAlias = InMemoryPersistence | SqlitePersistence
+Store: TypeAlias = InMemoryPersistence | SqlitePersistence | PostgresPersistence
 Opener: TypeAlias = Callable[[], Awaitable[Store]]
 T = TypeVar("T")
 
@@ -75,14 +76,18 @@ def turn_end(seq: int, turn: int) -> SessionEvent:
     )
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    """Opens the backend under test; SQLite opens a fresh handle on one file each time."""
+    """Opens the backend under test; SQLite and PostgreSQL open a fresh handle on one
+    store each time."""
     memory = InMemoryPersistence(clock=clock)
+    address = request.getfixturevalue("postgres_db") if request.param == "postgres" else ""
 
     async def open_store() -> Store:
         if request.param == "memory":
             return memory
+        if request.param == "postgres":
+            return await PostgresPersistence.open(address, clock=clock)
         return await SqlitePersistence.open(tmp_path / "sessions.db", clock=clock)
 
     return open_store

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from dsh_subagent.adapters.protocols import Model
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.persistence import redact
 from dsh_subagent.adapters.reference.session import LiveSession
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.listing import ChildRow, DescendantRow, ListingDiagnostic
@@ -33,7 +34,7 @@ def _no_model(_session: LiveSession, _options: AgentOptions) -> Model:
 
 
 async def _rows(
-    db: Path, parent: str | None, descendants: bool
+    db: Path | str, parent: str | None, descendants: bool
 ) -> list[tuple[str, ChildRow | ListingDiagnostic | DescendantRow]]:
     harness = await ReferenceHarness.open(_no_model, db=db, readonly=True)
     try:
@@ -57,10 +58,11 @@ async def _rows(
         await harness.close()
 
 
-def print_catalog(db: Path, parent: str | None, *, descendants: bool) -> None:
-    """Print the catalog table of ``db``."""
+def print_catalog(db: Path | str, parent: str | None, *, descendants: bool) -> None:
+    """Print the catalog table of ``db`` (a SQLite file or a PostgreSQL address)."""
     rows = asyncio.run(_rows(db, parent, descendants))
-    table = Table(title=f"children in {db}")
+    where = db if isinstance(db, Path) else redact(db)
+    table = Table(title=f"children in {where}")
     for column in ("root", "depth", "id", "mode", "label", "activity", "note"):
         table.add_column(column, overflow="fold")
     for root, listed in rows:
@@ -79,4 +81,4 @@ def print_catalog(db: Path, parent: str | None, *, descendants: bool) -> None:
             label = row.label or ""
             table.add_row(root, depth, row.id, row.mode.value, label, row.activity.value, note)
     console = Console(width=max(Console().width, 140))
-    console.print(table if rows else f"no subagent children in {db}")
+    console.print(table if rows else f"no subagent children in {where}")

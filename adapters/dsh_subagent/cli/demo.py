@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sys
 import tempfile
@@ -40,6 +41,7 @@ from dsh_subagent.adapters.continuation_types import (
 from dsh_subagent.adapters.protocols import Agent, ModelRequest, ModelStep
 from dsh_subagent.adapters.providers.base import StartRequest
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.persistence import redact
 from dsh_subagent.adapters.reference.session import LiveSession
 from dsh_subagent.adapters.service import LifecyclePayload
 from dsh_subagent.adapters.signals import AbortController, race_abort
@@ -162,7 +164,9 @@ def _catalog_line(row: ChildRow | ListingDiagnostic | DescendantRow, name: Short
     return f"{name(row.id)}: {row.mode.value}{label}, {row.activity.value}{kids}"
 
 
-async def run_demo(say: Say, *, db: Path, step: Callable[[str], None]) -> list[dict[str, object]]:
+async def run_demo(
+    say: Say, *, db: Path | str, step: Callable[[str], None]
+) -> list[dict[str, object]]:
     """Run the whole demo; returns the lifecycle event log."""
     model = DemoModel()
     name = ShortIds()
@@ -182,7 +186,8 @@ async def run_demo(say: Say, *, db: Path, step: Callable[[str], None]) -> list[d
         for earlier_row in await service.list_children(previous):
             say(f"  catalog: {_catalog_line(earlier_row, name)}")
     parent_id = SessionId(f"parent{suffix}")
-    parent = await harness.create_agent(parent_id, cwd=str(db.parent))
+    cwd = str(db.parent) if isinstance(db, Path) else os.getcwd()
+    parent = await harness.create_agent(parent_id, cwd=cwd)
     brief = UserMessage(MessageId("brief"), (TextBlock("we audit the v2 release notes"),))
     parent.followup(brief)
     await parent.when_idle()
@@ -292,15 +297,18 @@ def _state(state: object) -> str:
     return "absent" if state is None else str(getattr(state, "value", state))
 
 
-def summary(lines: Sequence[Mapping[str, object]], db: Path | None) -> str:
+def summary(lines: Sequence[Mapping[str, object]], db: Path | str | None) -> str:
     """The closing line: how many child runs started and ended, and where the store is."""
     starts = sum(1 for line in lines if line["event"] == "subagent/start")
     ends = sum(1 for line in lines if line["event"] == "subagent/end")
-    kept = f"the store is kept at {db}" if db else "the store was temporary (--db PATH keeps it)"
+    where = redact(db) if isinstance(db, str) else db
+    kept = f"the store is kept at {where}" if db else "the store was temporary (--db PATH keeps it)"
     return f"summary: {starts} child runs started, {ends} ended; {kept}"
 
 
-def main(*, db: Path | None, as_json: bool, step_through: bool, show_trace: bool = False) -> None:
+def main(
+    *, db: Path | str | None, as_json: bool, step_through: bool, show_trace: bool = False
+) -> None:
     """Entry point for the CLI: run the demo on ``db`` (a temporary store by default).
 
     ``show_trace`` records the demo's spans with the OpenTelemetry SDK and prints their tree.

@@ -9,7 +9,8 @@ Theory of operation
    missing extra as ``MISSING_EXTRA`` and a bad command line as ``USAGE`` (exit status 2:
    nothing ran). Counts and choices are checked by the parser, before anything runs.
 4. Paths are resolved against the working directory; the directory of ``--db`` must exist
-   (it is never created).
+   (it is never created). A ``postgresql://`` address as ``--db`` is passed on as it is:
+   the harness opens PostgreSQL for it (the ``postgres`` extra).
 """
 
 from __future__ import annotations
@@ -42,11 +43,18 @@ def cli() -> None:
     """The subagent seam: delegation to child agents with verified lifecycle invariants."""
 
 
-def _store_path(_ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    """``--db`` as an absolute path whose directory exists (it is never created)."""
-    if value is None:
-        return None
-    path = value.expanduser().resolve()
+def _store_path(
+    _ctx: click.Context, param: click.Parameter, value: str | None
+) -> Path | str | None:
+    """``--db`` as an absolute path whose directory exists (it is never created), or a
+    PostgreSQL address as it is."""
+    from dsh_subagent.adapters.reference.persistence import is_postgres_address
+
+    if value is None or is_postgres_address(value):
+        return value
+    path = Path(value).expanduser().resolve()
+    if path.is_dir():
+        raise click.BadParameter(f"{path} is a directory", param=param)
     if not path.parent.is_dir():
         raise click.BadParameter(f"no directory {path.parent}", param=param)
     return path
@@ -55,17 +63,16 @@ def _store_path(_ctx: click.Context, param: click.Parameter, value: Path | None)
 @cli.command()
 @click.option(
     "--db",
-    type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     callback=_store_path,
-    help="SQLite store to use and keep (default: a temporary one).",
+    help="SQLite file or postgresql:// address to use and keep (default: a temporary one).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the lifecycle event log as JSON.")
 @click.option("--step", "step_through", is_flag=True, help="Pause between phases.")
 @click.option(
     "--trace", "show_trace", is_flag=True, help="Print the OpenTelemetry span tree at the end."
 )
-def demo(db: Path | None, as_json: bool, step_through: bool, show_trace: bool) -> None:
+def demo(db: Path | str | None, as_json: bool, step_through: bool, show_trace: bool) -> None:
     """Delegate, continue, interrupt, restart and cold-resume on the reference harness."""
     from dsh_subagent.cli.demo import main as run_demo
 
@@ -75,18 +82,17 @@ def demo(db: Path | None, as_json: bool, step_through: bool, show_trace: bool) -
 @cli.command()
 @click.option(
     "--db",
-    type=click.Path(dir_okay=False, path_type=Path),
     required=True,
     callback=_store_path,
-    help="The SQLite session store to read.",
+    help="The session store to read: a SQLite file or a postgresql:// address.",
 )
 @click.option("--parent", default=None, help="List this session's children (default: every root).")
 @click.option("--descendants", is_flag=True, help="Walk the whole tree below each parent.")
-def catalog(db: Path, parent: str | None, descendants: bool) -> None:
+def catalog(db: Path | str, parent: str | None, descendants: bool) -> None:
     """List the children in a store: ids, labels, modes, activity and diagnostics."""
     from dsh_subagent.cli.catalog import print_catalog
 
-    if not db.is_file():
+    if isinstance(db, Path) and not db.is_file():
         raise SubagentError(ErrorCode.NOT_FOUND, f"no session store at {db}", field="--db")
     print_catalog(db, parent, descendants=descendants)
 

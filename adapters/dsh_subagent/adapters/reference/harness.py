@@ -21,6 +21,9 @@ Theory of operation
    a later or concurrent ``close`` waits for it and is otherwise a no-op.
 5. ``open(..., readonly=True)`` opens the store for listing only (``mode=ro``): nothing is
    created or written, and a foreign or empty file is "not a dsh-subagent store".
+   ``db`` selects the backend by its form: a ``postgresql://`` (or ``postgres://``)
+   address opens ``PostgresPersistence`` (the ``postgres`` extra, imported only then;
+   ``docs/scale-out.md``), a path opens SQLite.
 6. Top-level agents: ``create_agent`` makes a new one and refuses an id the store already
    holds (before anything is created: the stored log would be overwritten), naming
    ``resume_agent`` and ``agent``; ``resume_agent`` reloads a stored one; ``agent`` returns
@@ -45,7 +48,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeAlias, TypeVar
 
 from dsh_subagent.adapters.projections import SessionProjectionRegistry
 from dsh_subagent.adapters.protocols import CreateOptions, Model, ResumeOptions, SessionMeta
@@ -54,7 +57,7 @@ from dsh_subagent.adapters.providers.in_process import InProcessHost
 from dsh_subagent.adapters.providers.spawn import SpawnProvider
 from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
 from dsh_subagent.adapters.reference.composition import PromptComposer
-from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+from dsh_subagent.adapters.reference.persistence import InMemoryPersistence, is_postgres_address
 from dsh_subagent.adapters.reference.registry import AgentRegistry
 from dsh_subagent.adapters.reference.session import (
     DEFAULT_WRITE_INTERVAL,
@@ -80,8 +83,27 @@ from dsh_subagent.core.errors import SubagentError, invalid
 from dsh_subagent.core.teardown import aggregate_branches, teardown_failure
 from dsh_subagent.core.values import AgentOptions, SessionId
 
+if TYPE_CHECKING:
+    from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
+
 ModelFor = Callable[[LiveSession, AgentOptions], Model]
+Backend: TypeAlias = "InMemoryPersistence | SqlitePersistence | PostgresPersistence"
 _H = TypeVar("_H", bound="ReferenceHarness")
+
+
+async def open_persistence(
+    db: str | os.PathLike[str], *, synchronous: str = "FULL", readonly: bool = False
+) -> SqlitePersistence | PostgresPersistence:
+    """The store ``db`` names (rule 5): PostgreSQL for a ``postgresql://`` address, else the
+    SQLite file at the path (its directory created for a writer)."""
+    if is_postgres_address(db):
+        from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
+
+        assert isinstance(db, str)
+        return await PostgresPersistence.open(db, readonly=readonly)
+    if not readonly:
+        Path(db).parent.mkdir(parents=True, exist_ok=True)
+    return await SqlitePersistence.open(db, synchronous=synchronous, readonly=readonly)
 
 
 class HarnessOpening(Generic[_H]):
@@ -113,7 +135,7 @@ class ReferenceHarness:
 
     def __init__(
         self,
-        persistence: InMemoryPersistence | SqlitePersistence,
+        persistence: Backend,
         model_for: ModelFor,
         *,
         write_interval: float | None = DEFAULT_WRITE_INTERVAL,
@@ -150,7 +172,8 @@ class ReferenceHarness:
         readonly: bool = False,
         write_interval: float | None = DEFAULT_WRITE_INTERVAL,
     ) -> HarnessOpening[Self]:
-        """Open a harness on SQLite at ``db`` (created if missing), or in memory without one.
+        """Open a harness on SQLite at ``db`` (created if missing), on PostgreSQL when ``db``
+        is a ``postgresql://`` address (rule 5), or in memory without one.
 
         Await the result for the harness, or use it as ``async with ... as harness:``, which
         closes the harness on exit. ``readonly`` opens an existing ``db`` for listing only
@@ -171,9 +194,7 @@ class ReferenceHarness:
     ) -> Self:
         if db is None:
             return cls(InMemoryPersistence(), model_for, write_interval=write_interval)
-        if not readonly:
-            Path(db).parent.mkdir(parents=True, exist_ok=True)
-        persistence = await SqlitePersistence.open(db, synchronous=synchronous, readonly=readonly)
+        persistence = await open_persistence(db, synchronous=synchronous, readonly=readonly)
         harness = cls(persistence, model_for, write_interval=write_interval)
         if not readonly:
             harness.service.watch_mailbox()  # mail of a dead holder's children (DUR-26)

@@ -56,6 +56,7 @@ import json
 import math
 import os
 import socket
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, NoReturn, TypeAlias
@@ -395,6 +396,20 @@ def decode_projection(
     if not isinstance(decoded, dict):
         raise corrupt(session_id, "projection.values", "not a JSON object")
     return CachedProjection(as_of_seq, decoded)
+
+
+def is_postgres_address(db: object) -> bool:
+    """Whether a store address names a PostgreSQL server, not a SQLite path."""
+    return isinstance(db, str) and db.startswith(("postgresql://", "postgres://"))
+
+
+def redact(address: str) -> str:
+    """A PostgreSQL address without its password (and query), for messages."""
+    parts = urllib.parse.urlsplit(address)
+    netloc = parts.netloc.rpartition("@")
+    user = netloc[0].partition(":")[0]
+    where = f"{user}@{netloc[2]}" if user else netloc[2]
+    return f"{parts.scheme}://{where}{parts.path}"
 
 
 def require_session_id(session_id: object) -> SessionId:
