@@ -1,0 +1,125 @@
+"""Lifecycle rules the mutation check found unpinned (docs/mutation.md lists each mutant)."""
+
+from __future__ import annotations
+
+from dsh_subagent.core.authority import AncestorInterrupt
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.manager.effects import AwaitBranches, CancelAgent, FlushSession, Reject
+from dsh_subagent.core.manager.events import (
+    DescendantsOf,
+    DrainRequested,
+    InterruptRequested,
+    ReportDelivery,
+    ReportRequested,
+    SelectedChildren,
+    WholeManager,
+)
+from dsh_subagent.core.manager.state import activation_state_of
+from dsh_subagent.core.teardown import (
+    Boundary,
+    aggregate_branches,
+    boundary_failure,
+    combine_failures,
+    plan_teardown,
+)
+from dsh_subagent.core.values import CancelKind, MessageId, SessionId
+from tests.core.test_manager import ROOT, Driver, agent, eid, finish, live, sid
+
+A, B, C, D = (SessionId(name) for name in "abcd")
+
+
+def test_tear_3_a_child_reachable_twice_is_planned_once() -> None:
+    plan = plan_teardown({A: [B, C], B: [D], C: [D], D: []}, [A])
+    assert plan.cancel_order == (A, B, D, C)
+    assert plan.release_order == (D, B, C, A)
+
+
+def test_tear_5_several_boundary_failures_are_grouped_in_order() -> None:
+    failures = [boundary_failure(Boundary.HANDLE, "x"), boundary_failure(Boundary.CHILDREN, "y")]
+    combined = combine_failures(failures)
+    assert combined is not None
+    assert isinstance(combined.cause, ExceptionGroup)
+    assert combined.cause.message == "teardown boundaries"
+    assert list(combined.cause.exceptions) == failures
+
+
+def test_tear_12_root_disposal_names_every_branch_chain_in_order() -> None:
+    failures = [SubagentError(ErrorCode.ACTIVATION_TEARDOWN_FAILED, f"b{n}") for n in range(2)]
+    error = aggregate_branches("scoped", failures)
+    assert error is not None
+    assert error.message == (
+        "scoped teardown failed in 2 branch(es): "
+        "ACTIVATION_TEARDOWN_FAILED: b0; ACTIVATION_TEARDOWN_FAILED: b1"
+    )
+    assert isinstance(error.cause, ExceptionGroup)
+    assert error.cause.message == "scoped teardown"
+    assert list(error.cause.exceptions) == failures
+
+
+def test_cont_30_each_report_refusal_names_its_reason() -> None:
+    d = Driver()
+    child = d.start("c", ROOT)
+    forged = ReportRequested(eid(), agent("c", 5), MessageId("r"), ReportDelivery.QUIET)
+    assert d(forged) == (
+        Reject(forged.event_id, ErrorCode.UNAUTHORIZED, "reports come only from a resident child"),
+    )
+    gone = ReportRequested(
+        eid(), child, MessageId("r"), ReportDelivery.QUIET, parent_registered=False
+    )
+    assert d(gone) == (
+        Reject(gone.event_id, ErrorCode.PARENT_UNAVAILABLE, "the child's parent is not registered"),
+    )
+    delivered = ReportRequested(eid(), child, MessageId("s"), ReportDelivery.QUIET)
+    assert [effect.cause for effect in d(delivered)] == [delivered.event_id]
+    d(DrainRequested(eid(), DescendantsOf((live(ROOT),))))
+    closed = ReportRequested(eid(), child, MessageId("r"), ReportDelivery.QUIET)
+    assert d(closed) == (Reject(closed.event_id, ErrorCode.DRAINING, "admission is closed"),)
+
+
+def test_auth_6_an_agent_cannot_interrupt_itself_through_the_manager() -> None:
+    d = Driver()
+    child = d.start("c", ROOT)
+    itself = InterruptRequested(eid(), sid("c"), AncestorInterrupt(live(child)))
+    assert d(itself) == (
+        Reject(itself.event_id, ErrorCode.UNAUTHORIZED, "an agent cannot interrupt itself"),
+    )
+    by_root = InterruptRequested(eid(), sid("c"), AncestorInterrupt(live(ROOT)))
+    assert d(by_root) == (
+        CancelAgent(by_root.event_id, sid("c"), CancelKind.PARENT, keep_inbox=True),
+    )
+
+
+def test_auth_10_a_denied_selected_drain_names_its_reason() -> None:
+    d = Driver()
+    d.start("c", ROOT)
+    stranger = agent("stranger")
+    drain = DrainRequested(eid(), SelectedChildren(live(stranger), (sid("c"),)))
+    assert d(drain) == (
+        Reject(drain.event_id, ErrorCode.UNAUTHORIZED, "a selected child is not this parent's"),
+    )
+
+
+def test_tear_1_a_whole_drain_skips_a_disposing_root_and_opens_the_rest() -> None:
+    d = Driver()
+    d.start("a", ROOT)
+    d.start("b", ROOT)
+    d(DrainRequested(eid(), SelectedChildren(live(ROOT), (sid("a"),))))
+    whole = DrainRequested(eid(), WholeManager())
+    assert d(whole) == (
+        CancelAgent(whole.event_id, sid("b"), CancelKind.PARENT, keep_inbox=False),
+        FlushSession(whole.event_id, sid("b")),
+        AwaitBranches(whole.event_id, (sid("a"), sid("b"))),
+    )
+
+
+def test_tear_2_a_parent_flushes_when_its_last_child_is_released() -> None:
+    d = Driver()
+    parent = d.start("p", ROOT)
+    d.start("c", parent, lineage=[ROOT])
+    d(DrainRequested(eid(), SelectedChildren(live(ROOT), (sid("p"),))))
+    effects = finish(d, "c")
+    assert effects[-1] == FlushSession(effects[-2].cause, sid("p"))
+
+
+def test_res_1_an_absent_child_has_no_activation_state() -> None:
+    assert activation_state_of(Driver().state, sid("absent")) is None
