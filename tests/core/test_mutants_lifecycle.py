@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from dsh_subagent.core.authority import AncestorInterrupt
+from dsh_subagent.core.authority import AgentRef, AncestorInterrupt, Lineage, live_lineage
 from dsh_subagent.core.errors import ErrorCode, SubagentError
-from dsh_subagent.core.manager.effects import AwaitBranches, CancelAgent, FlushSession, Reject
+from dsh_subagent.core.manager.effects import (
+    AwaitBranches,
+    CancelAgent,
+    DeliverReport,
+    FlushSession,
+    Reject,
+)
 from dsh_subagent.core.manager.events import (
+    ChildIdReserved,
     DescendantsOf,
     DrainRequested,
     InterruptRequested,
@@ -23,7 +30,7 @@ from dsh_subagent.core.teardown import (
     plan_teardown,
 )
 from dsh_subagent.core.values import CancelKind, MessageId, SessionId
-from tests.core.test_manager import ROOT, Driver, agent, eid, finish, live, sid
+from tests.core.test_manager import ROOT, Driver, agent, eid, finish, kinds, live, sid
 
 A, B, C, D = (SessionId(name) for name in "abcd")
 
@@ -123,3 +130,32 @@ def test_tear_2_a_parent_flushes_when_its_last_child_is_released() -> None:
 
 def test_res_1_an_absent_child_has_no_activation_state() -> None:
     assert activation_state_of(Driver().state, sid("absent")) is None
+
+
+def test_auth_7_live_lineage_walks_every_live_ancestor_and_stops_on_any_cycle() -> None:
+    parent, grand, top = (AgentRef(SessionId(name), 1) for name in ("p", "g", "t"))
+    registry = {ref.session_id: ref for ref in (grand, top)}
+    chain = {parent.session_id: grand.session_id, grand.session_id: top.session_id}
+    assert frozenset(live_lineage(parent, chain, registry)) == {parent, grand, top}
+    # A cycle above the parent (g -> t -> g) ends the walk too.
+    cyclic = {**chain, top.session_id: grand.session_id}
+    assert frozenset(live_lineage(parent, cyclic, registry)) == {parent, grand, top}
+
+
+def test_auth_7_a_lineage_reads_in_token_order() -> None:
+    first, second = AgentRef(SessionId("z"), 1), AgentRef(SessionId("a"), 2)
+    assert repr(Lineage([second, first])) == f"Lineage([{first!r}, {second!r}])"
+
+
+def test_auth_13_an_unpublished_target_is_an_allowed_noop() -> None:
+    d = Driver()
+    d(ChildIdReserved(eid(), sid("c"), ROOT))
+    assert d(InterruptRequested(eid(), sid("c"), AncestorInterrupt(live(ROOT)))) == ()
+
+
+def test_tear_10_a_scoped_drain_closes_only_the_lineages_below_its_roots() -> None:
+    d = Driver()
+    child = d.start("c", ROOT)
+    d(DrainRequested(eid(), DescendantsOf((live(agent("elsewhere")),))))
+    report = ReportRequested(eid(), child, MessageId("r"), ReportDelivery.QUIET)
+    assert kinds(d(report)) == [DeliverReport]
