@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
-from dsh_subagent.core.authority import AgentRef, AncestorInterrupt, Lineage, live_lineage
+from collections.abc import Callable
+
+import pytest
+
+from dsh_subagent.core import budget as b
+from dsh_subagent.core.authority import (
+    AgentRef,
+    AncestorInterrupt,
+    Denied,
+    Lineage,
+    TargetFacts,
+    UserInterrupt,
+    authorize_interrupt,
+    live_lineage,
+)
+from dsh_subagent.core.budget import Amounts, Budget, Ledger
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.manager.effects import (
     AwaitBranches,
@@ -30,6 +45,7 @@ from dsh_subagent.core.teardown import (
     plan_teardown,
 )
 from dsh_subagent.core.values import CancelKind, MessageId, SessionId
+from tests.core.test_budget import ONE_REQUEST, reserved
 from tests.core.test_manager import ROOT, Driver, agent, eid, finish, kinds, live, sid
 
 A, B, C, D = (SessionId(name) for name in "abcd")
@@ -159,3 +175,52 @@ def test_tear_10_a_scoped_drain_closes_only_the_lineages_below_its_roots() -> No
     d(DrainRequested(eid(), DescendantsOf((live(agent("elsewhere")),))))
     report = ReportRequested(eid(), child, MessageId("r"), ReportDelivery.QUIET)
     assert kinds(d(report)) == [DeliverReport]
+
+
+def test_auth_5_a_user_interrupt_at_the_wrong_address_names_its_reason() -> None:
+    target = TargetFacts(SessionId("parent"), frozenset())
+    wrong = UserInterrupt(SessionId("other"), grant_genuine=True)
+    assert authorize_interrupt(SessionId("c"), wrong, target) == Denied(
+        ErrorCode.UNAUTHORIZED, "not the child's durable direct parent"
+    )
+
+
+def _refusal(call: Callable[..., object], *args: object) -> tuple[ErrorCode, str | None, str]:
+    with pytest.raises(SubagentError) as caught:
+        call(*args)
+    return caught.value.code, caught.value.field, caught.value.message
+
+
+def test_budget_3_a_payer_with_one_left_carves_one_and_then_refuses_naming_the_dimension() -> None:
+    assert b.carve_from(1, 5) == 1
+    ledger = b.open_root(Ledger(), "root", Budget(output_tokens=1), 0)
+    ledger = b.open_child(ledger, "root", "a", Budget(output_tokens=5), 0)
+    assert b.remaining(ledger, "a").output_tokens == 1
+    assert _refusal(b.open_child, ledger, "root", "b", Budget(output_tokens=1), 0) == (
+        ErrorCode.BUDGET_EXHAUSTED,
+        "budget.output_tokens",
+        "the budget of 'root' is exhausted: no output_tokens left",
+    )
+
+
+def test_budget_8_settling_twice_or_closing_early_is_refused_naming_the_field() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=3), 0)
+    for _ in range(2):  # a settled reservation leaves the node's count as it was
+        ledger, grant = reserved(b.reserve(ledger, "root", ONE_REQUEST, ONE_REQUEST, 0))
+        assert _refusal(b.close, ledger, "root") == (
+            ErrorCode.ILLEGAL_TRANSITION,
+            "node",
+            "budget node 'root' still has 1 reservations and 0 open children",
+        )
+        assert _refusal(b.settle, ledger, grant.id, Amounts(input_tokens=-2)) == (
+            ErrorCode.INVALID_ARGUMENT,
+            "used.input_tokens",
+            "used.input_tokens: must be non-negative, got -2",
+        )
+        ledger = b.settle(ledger, grant.id, ONE_REQUEST)
+        assert _refusal(b.settle, ledger, grant.id, None) == (
+            ErrorCode.ILLEGAL_TRANSITION,
+            "reservation",
+            f"reservation {grant.id} is not outstanding",
+        )
+    assert b.close(ledger, "root").nodes == {}
