@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import attrs
 import pytest
 
 from dsh_subagent.core import budget as b
@@ -21,22 +22,34 @@ from dsh_subagent.core.budget import Amounts, Budget, Ledger
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.manager.effects import (
     AwaitBranches,
+    AwaitRelease,
     CancelAgent,
     DeliverReport,
+    Effect,
+    EmitEnd,
     FlushSession,
+    PostToMailbox,
     Reject,
+    ReleaseOwnership,
+    SendNotice,
+    SubmitFollowup,
 )
 from dsh_subagent.core.manager.events import (
     ChildIdReserved,
+    ColdResumeStarted,
     DescendantsOf,
     DrainRequested,
+    FollowupRequested,
     InterruptRequested,
+    LeaseRefused,
+    MailboxArrived,
     ReportDelivery,
     ReportRequested,
     SelectedChildren,
     WholeManager,
 )
 from dsh_subagent.core.manager.state import activation_state_of
+from dsh_subagent.core.notices import EpochOutcome, NoticeRoute, notice_content, notice_source
 from dsh_subagent.core.teardown import (
     Boundary,
     aggregate_branches,
@@ -44,9 +57,28 @@ from dsh_subagent.core.teardown import (
     combine_failures,
     plan_teardown,
 )
-from dsh_subagent.core.values import CancelKind, MessageId, SessionId
+from dsh_subagent.core.values import (
+    CancelKind,
+    EventId,
+    KnownStop,
+    MessageId,
+    RunId,
+    SessionId,
+    TextBlock,
+)
 from tests.core.test_budget import ONE_REQUEST, reserved
-from tests.core.test_manager import ROOT, Driver, agent, eid, finish, kinds, live, sid
+from tests.core.test_manager import (
+    ROOT,
+    Driver,
+    agent,
+    as_parent,
+    eid,
+    finish,
+    kinds,
+    live,
+    settle,
+    sid,
+)
 
 A, B, C, D = (SessionId(name) for name in "abcd")
 
@@ -224,3 +256,100 @@ def test_budget_8_settling_twice_or_closing_early_is_refused_naming_the_field() 
             f"reservation {grant.id} is not outstanding",
         )
     assert b.close(ledger, "root").nodes == {}
+
+
+def test_budget_1_a_childs_cap_and_a_bad_reservation_are_refused_naming_the_field() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=3), 0)
+    assert _refusal(b.open_child, ledger, "root", "kid", Budget(output_tokens=-1), 0) == (
+        ErrorCode.INVALID_ARGUMENT,
+        "budget.output_tokens",
+        "budget.output_tokens: must be a non-negative integer or None, got -1",
+    )
+    assert _refusal(b.reserve, ledger, "root", ONE_REQUEST, Amounts(model_requests=2), 0) == (
+        ErrorCode.INVALID_ARGUMENT,
+        "want.model_requests",
+        "want.model_requests: need 0 <= at_least <= want, got 2 and 1",
+    )
+
+
+def test_budget_2_children_open_and_close_one_after_another() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=4), 0)
+    for kid in ("a", "b"):
+        ledger = b.close(b.open_child(ledger, "root", kid, Budget(model_requests=1), 0), kid)
+    assert ledger.nodes["root"].open_children == 0
+    assert b.close(ledger, "root").nodes == {}
+
+
+def _notice(child: str, parent: str, route: NoticeRoute, accounted: bool) -> SendNotice:
+    outcome = EpochOutcome(KnownStop.COMPLETED, (TextBlock("done"),))
+    return SendNotice(
+        EventId("?"),
+        sid(parent),
+        MessageId(f"notice-{child}"),
+        route,
+        accounted,
+        notice_content(sid(child), outcome),
+        notice_source(sid(child), outcome),
+    )
+
+
+def _sent(effects: tuple[Effect, ...]) -> SendNotice:
+    (notice,) = (effect for effect in effects if isinstance(effect, SendNotice))
+    return attrs.evolve(notice, cause=EventId("?"))
+
+
+def test_notice_12_a_closing_root_still_follows_up_its_own_parent_in_full() -> None:
+    d = Driver()
+    child = d.start("c", ROOT)
+    d(DrainRequested(eid(), DescendantsOf((live(child),))))
+    settle(d, "c")
+    effects = finish(d, "c")
+    cause = effects[1].cause
+    assert effects[1:] == (
+        attrs.evolve(_notice("c", "root", NoticeRoute.FOLLOWUP, False), cause=cause),
+        ReleaseOwnership(cause, sid("c"), None),
+        EmitEnd(cause, sid("c"), RunId("run-c"), KnownStop.COMPLETED, None),
+    )
+
+
+def test_notice_10_a_disposing_owner_gets_the_notice_injected() -> None:
+    d = Driver()
+    parent = d.start("p", ROOT)
+    d.start("c", parent, lineage=[ROOT])
+    d(DrainRequested(eid(), SelectedChildren(live(ROOT), (sid("p"),))))
+    assert _sent(finish(d, "c")) == _notice("c", "p", NoticeRoute.INJECT, False)
+
+
+def test_notice_10_an_idle_owner_outside_a_scoped_drain_gets_a_followup() -> None:
+    d = Driver()
+    parent = d.start("p", ROOT)
+    d.start("c", parent, lineage=[ROOT])
+    d(DrainRequested(eid(), DescendantsOf((live(agent("elsewhere")),))))
+    settle(d, "c")
+    assert _sent(finish(d, "c")) == _notice("c", "p", NoticeRoute.FOLLOWUP, True)
+
+
+def test_cont_14_a_followup_to_a_disposing_child_awaits_its_release() -> None:
+    d = Driver()
+    d.start("c", ROOT)
+    d(DrainRequested(eid(), SelectedChildren(live(ROOT), (sid("c"),))))
+    followup = FollowupRequested(eid(), sid("c"), MessageId("x"), as_parent(ROOT))
+    assert d(followup) == (AwaitRelease(followup.event_id, sid("c"), MessageId("x")),)
+
+
+def test_dur_22_a_mailbox_message_outside_a_scoped_drain_is_delivered() -> None:
+    d = Driver()
+    d.start("c", ROOT)
+    d(DrainRequested(eid(), DescendantsOf((live(agent("elsewhere")),))))
+    mail = MailboxArrived(eid(), sid("c"), MessageId("mb"))
+    assert d(mail) == (SubmitFollowup(mail.event_id, sid("c"), MessageId("mb")),)
+
+
+def test_lease_2_a_refused_cold_resume_posts_or_rejects_with_the_holders_reason() -> None:
+    d = Driver()
+    d(ColdResumeStarted(eid(), sid("c"), ROOT.session_id))
+    posted = LeaseRefused(eid(), sid("c"), "held elsewhere", MessageId("x"))
+    assert d(posted) == (PostToMailbox(posted.event_id, sid("c"), MessageId("x")),)
+    d(ColdResumeStarted(eid(), sid("c"), ROOT.session_id))
+    refused = LeaseRefused(eid(), sid("c"), "held elsewhere")
+    assert d(refused) == (Reject(refused.event_id, ErrorCode.ACTIVATION_HELD, "held elsewhere"),)
