@@ -36,13 +36,17 @@ from dsh_subagent.core.manager.effects import (
 )
 from dsh_subagent.core.manager.events import (
     ChildIdReserved,
+    ChildMaterialized,
+    ChildPrepared,
     ColdResumeStarted,
     DescendantsOf,
+    DescriptorSnapshotted,
     DrainRequested,
     FollowupRequested,
     InterruptRequested,
     LeaseRefused,
     MailboxArrived,
+    Phase,
     ReportDelivery,
     ReportRequested,
     SelectedChildren,
@@ -353,3 +357,25 @@ def test_lease_2_a_refused_cold_resume_posts_or_rejects_with_the_holders_reason(
     d(ColdResumeStarted(eid(), sid("c"), ROOT.session_id))
     refused = LeaseRefused(eid(), sid("c"), "held elsewhere")
     assert d(refused) == (Reject(refused.event_id, ErrorCode.ACTIVATION_HELD, "held elsewhere"),)
+
+
+def test_res_6_an_owner_left_quiet_by_an_unannounced_childs_release_opens_its_disposal() -> None:
+    d = Driver()
+    parent = d.start("p", ROOT)
+    child = agent("c")
+    d.run(
+        [
+            ChildIdReserved(eid(), sid("c"), parent),
+            DescriptorSnapshotted(eid(), sid("c")),
+            ChildPrepared(eid(), sid("c")),
+            ChildMaterialized(eid(), sid("c"), RunId("run-c"), child, frozenset({child, parent})),
+        ]
+    )
+    settle(d, "p")
+    d(DrainRequested(eid(), SelectedChildren(live(parent), (sid("c"),))))
+    effects = finish(d, "c")
+    assert effects[-2:] == (
+        CancelAgent(effects[-1].cause, sid("p"), CancelKind.PARENT, keep_inbox=False),
+        FlushSession(effects[-1].cause, sid("p")),
+    )
+    assert d.state.activations[sid("p")].phase is Phase.FLUSHING
