@@ -22,7 +22,7 @@ jobs=2
 limit=900
 recheck=""
 modules=()
-default_modules=(residency teardown notices authority budget manager.ops manager.state manager)
+default_modules=(residency teardown notices manager.ops manager.state authority budget manager)
 
 usage() {
   echo "usage: scripts/mutation.sh [--module NAME]... [--time-limit SECONDS] [--jobs N]" >&2
@@ -42,6 +42,10 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ ${#modules[@]} -gt 0 ]] || modules=("${default_modules[@]}")
+"$python" -c "import mutmut" 2>/dev/null || {
+  echo "mutmut is not installed in .venv: make venv (it is in the dev extra)" >&2
+  exit 2
+}
 core="$repo/core/dsh_subagent/core"
 if [[ "${modules[*]}" == "all" ]]; then
   modules=()
