@@ -43,7 +43,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ ${#modules[@]} -gt 0 ]] || modules=("${default_modules[@]}")
 "$python" -c "import mutmut" 2>/dev/null || {
-  echo "mutmut is not installed in .venv: make venv (it is in the dev extra)" >&2
+  echo "mutmut is not installed in .venv: .venv/bin/pip install -e '.[mutation]'" >&2
   exit 2
 }
 core="$repo/core/dsh_subagent/core"
