@@ -202,7 +202,8 @@ def commands(peers: Path | None, peers_dir: Path, quick: bool) -> dict[str, list
     if quick:
         ours += [*sized, "--tree", "100,1000", "--cycles", "200", "--chain", "50,200"]
         ours += ["--wide", "50,200", "--acc-messages", "200"]
-        ours += ["--otel-n", "100", "--otel-warmup", "20", "--otel-rounds", "1"]
+        ours += ["--otel-block", "20", "--otel-blocks", "3", "--otel-warmup", "20"]
+        ours += ["--otel-rounds", "1"]
     result = {OURS: ours}
     if peers is not None:
         for system in (FLOOR, *PEERS):

@@ -8,17 +8,19 @@ Theory of operation
    set, so every span is the API's no-op; ``sdk_noop`` traces through an SDK
    ``TracerProvider`` with no span processor: spans are recorded (attributes set), then
    dropped at their end.
-2. Each set-up runs in its own fresh interpreter (``python -m bench.otel_overhead --variant
-   V``), since the choice is made at import. ``unavailable`` hides the package before
-   anything imports it (``sys.modules["opentelemetry"] = None``, the import then fails as
-   it does without the package); the script checks ``telemetry.AVAILABLE`` agrees.
-3. In each interpreter: W1's body (``service.start`` + ``await run.result`` +
-   ``await run.dispose()``) ``warmup`` times untimed, then ``n`` times timed. The figure is
-   process CPU time per delegation (the timed block's CPU over ``n``, and the per-call
-   median), which other processes on a shared machine disturb less than wall time.
-4. ``otel_overhead`` runs ``rounds`` rounds, each running the three set-ups once in turn
-   (interleaved), and reports each round's figures, the medians over the rounds, and the
-   overhead of ``api`` and ``sdk_noop`` over ``unavailable`` paired within each round.
+2. Each set-up lives in its own interpreter, a worker (``python -m bench.otel_overhead
+   --variant V``), since the choice is made at import. ``unavailable`` hides the package
+   before anything imports it (``sys.modules["opentelemetry"] = None``: the import then
+   fails as it does without the package); each worker checks ``telemetry.AVAILABLE`` agrees.
+3. A worker runs W1's body (``service.start`` + ``await run.result`` + ``await
+   run.dispose()``) ``warmup`` times, says it is ready, then runs one block of ``k``
+   delegations for each ``k`` it reads on stdin, answering with the block's process CPU
+   time. CPU time is what other processes on a shared machine disturb least.
+4. ``otel_overhead`` runs ``rounds`` rounds; each starts the three workers afresh and hands
+   them ``blocks`` blocks in turn (interleaved block by block, so a change of load hits
+   the three alike). Per block it takes each set-up's CPU per delegation and the overheads
+   of ``api`` and ``sdk_noop`` over ``unavailable`` in that block; the figures are medians
+   over every block of every round, with each round's median beside them.
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ _HIDDEN: Final = (
 JsonDict = dict[str, object]
 
 
-async def measure(variant: str, n: int, warmup: int) -> JsonDict:
-    """W1's body ``n`` times in this interpreter, set up as ``variant`` (rules 1, 3)."""
-    from bench.world import BenchModel, Timer, World, delegate_and_dispose
+async def serve(variant: str, warmup: int) -> None:
+    """The worker: warm up, then time one block per ``k`` read on stdin (rules 1-3)."""
+    from bench.world import BenchModel, World, delegate_and_dispose
     from dsh_subagent.adapters import telemetry
 
     if telemetry.AVAILABLE is (variant == "unavailable"):
@@ -57,72 +59,106 @@ async def measure(variant: str, n: int, warmup: int) -> JsonDict:
     parent = await world.root("parent")
     for _ in range(warmup):
         await delegate_and_dispose(world, parent)
-    timer = Timer()
-    cpu0 = time.process_time_ns()
-    for _ in range(n):
-        await timer.time(lambda: delegate_and_dispose(world, parent))
-    cpu_ns = time.process_time_ns() - cpu0
-    return {
-        "variant": variant,
-        "available": telemetry.AVAILABLE,
-        "cpu_us_per_delegation": round(cpu_ns / 1000 / n, 2),
-        **timer.summary(),
-    }
+    print(json.dumps({"variant": variant, "available": telemetry.AVAILABLE}), flush=True)
+    for line in sys.stdin:
+        k = int(line)
+        cpu0 = time.process_time_ns()
+        for _ in range(k):
+            await delegate_and_dispose(world, parent)
+        print(json.dumps({"n": k, "cpu_ns": time.process_time_ns() - cpu0}), flush=True)
 
 
-def in_fresh_interpreter(variant: str, n: int, warmup: int) -> JsonDict:
-    """One set-up in a new interpreter, the package hidden for ``unavailable`` (rule 2)."""
-    boot = ["-c", _HIDDEN] if variant == "unavailable" else ["-m", "bench.otel_overhead"]
-    args = ["--variant", variant, "--n", str(n), "--warmup", str(warmup)]
-    completed = subprocess.run(
-        [sys.executable, *boot, *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    if completed.returncode != 0:
-        return {"error": (completed.stderr.strip().splitlines() or ["failed"])[-1]}
-    result: JsonDict = json.loads(completed.stdout.strip().splitlines()[-1])
-    return result
+class Worker:
+    """One set-up's interpreter, driven block by block over its stdin and stdout (rule 4)."""
+
+    def __init__(self, variant: str, warmup: int) -> None:
+        boot = ["-c", _HIDDEN] if variant == "unavailable" else ["-m", "bench.otel_overhead"]
+        self.process = subprocess.Popen(
+            [sys.executable, *boot, "--variant", variant, "--warmup", str(warmup)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        self.ready = self._answer()
+
+    def _answer(self) -> JsonDict:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the worker exited with {self.process.wait()}")
+        answer: JsonDict = json.loads(line)
+        return answer
+
+    def block(self, k: int) -> float:
+        """CPU microseconds per delegation over one block of ``k``."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{k}\n")
+        self.process.stdin.flush()
+        cpu_ns = self._answer()["cpu_ns"]
+        assert isinstance(cpu_ns, int)
+        return cpu_ns / 1000 / k
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
 
 
-def _figure(result: JsonDict) -> float | None:
-    value = result.get("cpu_us_per_delegation")
-    return float(value) if isinstance(value, int | float) else None
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 2)
 
 
-def otel_overhead(n: int, warmup: int, rounds: int) -> JsonDict:
-    """``rounds`` interleaved rounds of the three set-ups, and the paired overheads (rule 4)."""
-    runs: dict[str, list[JsonDict]] = {variant: [] for variant in VARIANTS}
+def otel_overhead(block: int, blocks: int, warmup: int, rounds: int) -> JsonDict:
+    """``rounds`` rounds of ``blocks`` interleaved blocks per set-up (rule 4)."""
+    cpu: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    per_round: list[JsonDict] = []
+    available: dict[str, object] = {}
     for _ in range(rounds):
+        workers = {variant: Worker(variant, warmup) for variant in VARIANTS}
+        try:
+            available = {v: w.ready.get("available") for v, w in workers.items()}
+            mine: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+            for _ in range(blocks):
+                for variant, worker in workers.items():
+                    mine[variant].append(worker.block(block))
+        finally:
+            for worker in workers.values():
+                worker.close()
         for variant in VARIANTS:
-            runs[variant].append(in_fresh_interpreter(variant, n, warmup))
-    summary: JsonDict = {"n": n, "warmup": warmup, "rounds": rounds, "runs": runs}
+            cpu[variant] += mine[variant]
+        per_round.append({f"{v}_cpu_us": _median(mine[v]) for v in VARIANTS})
+    summary: JsonDict = {
+        "delegations_per_variant": block * blocks * rounds,
+        "block": block,
+        "blocks": blocks,
+        "rounds": rounds,
+        "warmup": warmup,
+        "available": available,
+        "per_round": per_round,
+    }
     for variant in VARIANTS:
-        values = [v for v in map(_figure, runs[variant]) if v is not None]
-        summary[f"{variant}_cpu_us"] = round(statistics.median(values), 2) if values else None
+        summary[f"{variant}_cpu_us"] = _median(cpu[variant])
     for variant in VARIANTS[1:]:
         paired = [
             100.0 * (with_ / without - 1.0)
-            for with_, without in zip(
-                map(_figure, runs[variant]), map(_figure, runs["unavailable"]), strict=True
-            )
-            if with_ is not None and without
+            for with_, without in zip(cpu[variant], cpu["unavailable"], strict=True)
         ]
-        summary[f"{variant}_overhead_pct"] = round(statistics.median(paired), 2) if paired else None
-        summary[f"{variant}_overhead_pct_per_round"] = [round(p, 2) for p in paired]
+        summary[f"{variant}_overhead_pct"] = _median(paired)
+        summary[f"{variant}_overhead_pct_iqr"] = (
+            [round(q, 2) for q in statistics.quantiles(paired, n=4)[::2]]
+            if len(paired) > 1
+            else None
+        )
     return summary
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--variant", choices=VARIANTS, required=True)
-    parser.add_argument("--n", type=int, default=500, help="timed delegations")
     parser.add_argument("--warmup", type=int, default=100, help="untimed delegations")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(measure(args.variant, args.n, args.warmup))))
+    asyncio.run(serve(args.variant, args.warmup))
 
 
 if __name__ == "__main__":

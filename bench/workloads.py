@@ -34,8 +34,8 @@ Theory of operation
 8. ACC (``bench/acceptance.py``) times a follow-up from the call to its durable
    acknowledgement at 1, 10 and 100 concurrent senders, beside a bare SQLite insert+commit.
 9. OTEL (``bench/otel_overhead.py``) runs W1's body with tracing unavailable, with the
-   OpenTelemetry API only and with the SDK and no span processor, each in a fresh
-   interpreter, in interleaved rounds: process CPU per delegation and the overheads.
+   OpenTelemetry API only and with the SDK and no span processor, each in its own
+   interpreter, block by block in turn: process CPU per delegation and the overheads.
 10. Run from the repository root as ``python -m bench.workloads [--only W1,...]``, it prints
    one JSON line, like the peers' scripts; ``bench/run`` calls it that way. The functions
    are also called at a tiny size by ``tests/bench/test_bench_smoke.py`` so they cannot rot.
@@ -428,7 +428,9 @@ async def run_all(args: argparse.Namespace) -> JsonDict:
     if "ACC" in only:
         result.update(await acceptance(args.acc_messages))
     if "OTEL" in only:
-        result["W1_otel"] = otel_overhead(args.otel_n, args.otel_warmup, args.otel_rounds)
+        result["W1_otel"] = otel_overhead(
+            args.otel_block, args.otel_blocks, args.otel_warmup, args.otel_rounds
+        )
     return result
 
 
@@ -451,7 +453,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--acc-messages", type=int, default=2000, help="follow-ups per sender count (ACC)"
     )
-    parser.add_argument("--otel-n", type=int, default=2000, help="timed delegations (OTEL)")
+    parser.add_argument("--otel-block", type=int, default=50, help="delegations a block (OTEL)")
+    parser.add_argument("--otel-blocks", type=int, default=20, help="blocks a round (OTEL)")
     parser.add_argument("--otel-warmup", type=int, default=200, help="untimed ones (OTEL)")
     parser.add_argument("--otel-rounds", type=int, default=3, help="interleaved rounds (OTEL)")
     parser.add_argument("--only", default="W1,W2,W3,W4,W5,W6,W7,ACC,OTEL")
