@@ -368,6 +368,36 @@ def test_obs_5_lifecycle_logs_carry_child_parent_and_run_ids(
     assert records[0].run_id == records[1].run_id  # type: ignore[attr-defined]
 
 
+
+def test_obs_5_a_failing_listener_warning_carries_the_runs_fields(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def model_for(_session: object, _options: object) -> NullModel:
+        return NullModel("ok")
+
+    def broken(_payload: object) -> None:
+        raise RuntimeError("listener broke")
+
+    async def main() -> None:
+        async with ReferenceHarness.open(model_for) as harness:
+            harness.service.on("subagent/start", broken)
+            harness.service.on("subagent/end", broken)
+            parent = await harness.create_agent("parent")
+            request = StartRequest("go", parent, AbortController().signal, label="logged")
+            async with await harness.service.start("spawn", request) as run:
+                await run.result
+
+    with caplog.at_level(logging.WARNING, logger="dsh_subagent.adapters.service"):
+        asyncio.run(main())
+    warned = [r for r in caplog.records if "listener failed" in r.getMessage()]
+    assert [r.getMessage().split()[0] for r in warned] == ["subagent/start", "subagent/end"]
+    for record in warned:
+        assert record.parent_id == "parent"  # type: ignore[attr-defined]
+        assert record.child_id  # type: ignore[attr-defined]
+        assert record.run_id  # type: ignore[attr-defined]
+        assert record.epoch is None  # type: ignore[attr-defined]
+    assert warned[0].run_id == warned[1].run_id  # type: ignore[attr-defined]
+
 def test_obs_2_demo_trace_prints_the_span_tree_from_the_sdk(tmp_path: Path) -> None:
     # In a subprocess: ``--trace`` installs the global tracer provider, which this
     # process's other tests must never see.
