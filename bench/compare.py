@@ -84,6 +84,8 @@ OTEL_FIGURES: Final = (
     "sdk_noop_cpu_us",
     "api_overhead_pct",
     "sdk_noop_overhead_pct",
+    "hooks_api_added_us",
+    "api_hooks_pct_of_w1",
 )
 """W1 with tracing unavailable, the API only, the SDK with no span processor (issue 24)."""
 QUIET_PCT: Final = 15.0

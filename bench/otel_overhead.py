@@ -21,6 +21,12 @@ Theory of operation
    the three alike). Per block it takes each set-up's CPU per delegation and the overheads
    of ``api`` and ``sdk_noop`` over ``unavailable`` in that block; the figures are medians
    over every block of every round, with each round's median beside them.
+5. Under load the per-block figures scatter by more than the overhead sought, so
+   ``hook_cost`` also measures the difference directly, in one interpreter: the only code
+   W1 runs differently with the API is the service's ``subagent/start`` and ``subagent/end``
+   hooks (``Tracing`` with the API's no-op spans, against ``Lifecycle``, what ``attach``
+   hands out without the package), replayed on one delegation's real payloads in
+   alternating blocks; the CPU per delegation they add, and its share of ``unavailable``.
 """
 
 from __future__ import annotations
@@ -109,7 +115,7 @@ def _median(values: list[float]) -> float:
     return round(statistics.median(values), 2)
 
 
-def otel_overhead(block: int, blocks: int, warmup: int, rounds: int) -> JsonDict:
+async def otel_overhead(block: int, blocks: int, warmup: int, rounds: int) -> JsonDict:
     """``rounds`` rounds of ``blocks`` interleaved blocks per set-up (rule 4)."""
     cpu: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     per_round: list[JsonDict] = []
@@ -150,7 +156,39 @@ def otel_overhead(block: int, blocks: int, warmup: int, rounds: int) -> JsonDict
             if len(paired) > 1
             else None
         )
+    summary.update(await hook_cost(blocks * block * rounds))
+    added, base = summary["hooks_api_added_us"], summary["unavailable_cpu_us"]
+    assert isinstance(added, float)
+    assert isinstance(base, float)
+    summary["api_hooks_pct_of_w1"] = round(100.0 * added / base, 2)
     return summary
+
+
+async def hook_cost(n: int, blocks: int = 10) -> JsonDict:
+    """CPU per delegation of the start and end hooks: no-op spans against logging only (rule 5)."""
+    from bench.world import BenchModel, World, delegate_and_dispose
+    from dsh_subagent.adapters import telemetry
+
+    world = World(BenchModel())
+    payloads: list[object] = []
+    world.service.on("subagent/start", payloads.append)
+    world.service.on("subagent/end", payloads.append)
+    await delegate_and_dispose(world, await world.root("parent"))
+    hooks = {"unavailable": telemetry.Lifecycle(), "api": telemetry.attach(world.registry)}
+    assert type(hooks["api"]) is not telemetry.Lifecycle, "the API is not importable here"
+    spent = dict.fromkeys(hooks, 0)
+    each = max(1, n // blocks)
+    for _ in range(blocks):
+        for name, hook in hooks.items():
+            cpu0 = time.process_time_ns()
+            for _ in range(each):
+                for payload in payloads:
+                    hook.observe(payload)
+            spent[name] += time.process_time_ns() - cpu0
+    per = {name: ns / 1000 / (each * blocks) for name, ns in spent.items()}
+    result: JsonDict = {f"hooks_{name}_us": round(us, 3) for name, us in per.items()}
+    result["hooks_api_added_us"] = round(per["api"] - per["unavailable"], 3)
+    return result
 
 
 def main() -> None:

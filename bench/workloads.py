@@ -428,7 +428,7 @@ async def run_all(args: argparse.Namespace) -> JsonDict:
     if "ACC" in only:
         result.update(await acceptance(args.acc_messages))
     if "OTEL" in only:
-        result["W1_otel"] = otel_overhead(
+        result["W1_otel"] = await otel_overhead(
             args.otel_block, args.otel_blocks, args.otel_warmup, args.otel_rounds
         )
     return result
