@@ -78,6 +78,16 @@ TABLE_ONLY: Final = frozenset(
 )
 """Process CPU time beside the wall figures (a cross-check when other processes compete),
 and the part of the 10k drain spent in CPython's cyclic garbage collector."""
+OTEL_FIGURES: Final = (
+    "unavailable_cpu_us",
+    "api_cpu_us",
+    "sdk_noop_cpu_us",
+    "api_overhead_pct",
+    "sdk_noop_overhead_pct",
+    "hooks_api_added_us",
+    "api_hooks_pct_of_w1",
+)
+"""W1 with tracing unavailable, the API only, the SDK with no span processor (issue 24)."""
 QUIET_PCT: Final = 15.0
 RUN_TIMEOUT_S: Final = 900
 DASH: Final = "\u2013"
@@ -194,6 +204,8 @@ def commands(peers: Path | None, peers_dir: Path, quick: bool) -> dict[str, list
     if quick:
         ours += [*sized, "--tree", "100,1000", "--cycles", "200", "--chain", "50,200"]
         ours += ["--wide", "50,200", "--acc-messages", "200"]
+        ours += ["--otel-block", "20", "--otel-blocks", "3", "--otel-warmup", "20"]
+        ours += ["--otel-rounds", "1"]
     result = {OURS: ours}
     if peers is not None:
         for system in (FLOOR, *PEERS):
@@ -242,6 +254,8 @@ def figures_of(system: str, result: Mapping[str, object]) -> dict[str, float | N
             found[f"{name}_us_median"] = _at(result, name, "median_us")
             found[f"{name}_us_p99"] = _at(result, name, "p99_us")
             found[f"{name}_msgs_per_s"] = _at(result, name, "msgs_per_s")
+        for name in OTEL_FIGURES:
+            found[f"OTEL_W1_{name}"] = _at(result, "W1_otel", name)
     return found
 
 

@@ -33,7 +33,10 @@ Theory of operation
    not grow with the size.
 8. ACC (``bench/acceptance.py``) times a follow-up from the call to its durable
    acknowledgement at 1, 10 and 100 concurrent senders, beside a bare SQLite insert+commit.
-8. Run from the repository root as ``python -m bench.workloads [--only W1,...]``, it prints
+9. OTEL (``bench/otel_overhead.py``) runs W1's body with tracing unavailable, with the
+   OpenTelemetry API only and with the SDK and no span processor, each in its own
+   interpreter, block by block in turn: process CPU per delegation and the overheads.
+10. Run from the repository root as ``python -m bench.workloads [--only W1,...]``, it prints
    one JSON line, like the peers' scripts; ``bench/run`` calls it that way. The functions
    are also called at a tiny size by ``tests/bench/test_bench_smoke.py`` so they cannot rot.
 """
@@ -57,6 +60,7 @@ from typing import Final
 
 from bench.acceptance import acceptance
 from bench.core_scaling import cycle_events, filled_manager
+from bench.otel_overhead import otel_overhead
 from bench.world import (
     Barrier,
     BenchModel,
@@ -423,6 +427,10 @@ async def run_all(args: argparse.Namespace) -> JsonDict:
         result["W7_wide"] = {str(n): shape_in_fresh_interpreter("wide", n) for n in args.wide}
     if "ACC" in only:
         result.update(await acceptance(args.acc_messages))
+    if "OTEL" in only:
+        result["W1_otel"] = await otel_overhead(
+            args.otel_block, args.otel_blocks, args.otel_warmup, args.otel_rounds
+        )
     return result
 
 
@@ -445,7 +453,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--acc-messages", type=int, default=2000, help="follow-ups per sender count (ACC)"
     )
-    parser.add_argument("--only", default="W1,W2,W3,W4,W5,W6,W7,ACC")
+    parser.add_argument("--otel-block", type=int, default=50, help="delegations a block (OTEL)")
+    parser.add_argument("--otel-blocks", type=int, default=20, help="blocks a round (OTEL)")
+    parser.add_argument("--otel-warmup", type=int, default=200, help="untimed ones (OTEL)")
+    parser.add_argument("--otel-rounds", type=int, default=3, help="interleaved rounds (OTEL)")
+    parser.add_argument("--only", default="W1,W2,W3,W4,W5,W6,W7,ACC,OTEL")
     parser.add_argument("--w2", choices=W2_VARIANTS, help="run one W2 variant in this process")
     parser.add_argument("--shape", choices=SHAPES, help="run one W6/W7 size in this process")
     parser.add_argument("--size", type=int, default=1000, help="children of --shape")

@@ -143,6 +143,66 @@ def test_obs_2_foreground_spawns_nest_invoke_agent_under_execute_tool(
     assert dict(outer_call.attributes or {})["gen_ai.tool.name"] == "subagent"
 
 
+def test_obs_2_under_instrumented_pydantic_ai_our_spans_nest_under_its_execute_tool(
+    provider: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent as PydanticAgent
+    from pydantic_ai import InstrumentationSettings
+    from pydantic_ai.capabilities import Instrumentation
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from dsh_subagent.adapters.reference.pydantic_ai import open_pydantic_ai_harness
+
+    async def parent(messages: list[ModelMessage], _info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:  # the user's request: delegate in the foreground
+            args = {"description": "research", "prompt": "find it"}
+            return ModelResponse(parts=[ToolCallPart("subagent", args, tool_call_id="d1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    async def child(_messages: list[ModelMessage], _info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("42")])
+
+    instrumentation = Instrumentation(settings=InstrumentationSettings(tracer_provider=provider[0]))
+
+    def agent_for(session: object, _options: object) -> PydanticAgent[None, str]:
+        root = session.header.parent_session is None  # type: ignore[attr-defined]
+        model = FunctionModel(parent if root else child)
+        return PydanticAgent(
+            model, name="host" if root else "worker", capabilities=[instrumentation]
+        )
+
+    async def main() -> None:
+        harness = await open_pydantic_ai_harness(agent_for)
+        async with harness:
+            traced(harness.service, provider)
+            harness.install_tools()
+            host = await harness.create_agent("parent")
+            host.followup(create_user_message("delegate"))
+            await host.when_idle()
+
+    asyncio.run(main())
+    spans = list(provider[1].get_finished_spans())
+    ours = [
+        s
+        for s in spans
+        if s.instrumentation_scope and s.instrumentation_scope.name == "dsh_subagent"
+    ]
+    theirs = [s for s in spans if s not in ours]
+    their_call = one(theirs, "execute_tool subagent")
+    our_call = one(ours, "execute_tool subagent")
+    research = one(ours, "invoke_agent research")
+    assert parent_of(their_call) == span_id(named(theirs, "invoke_agent host")[0])
+    assert parent_of(our_call) == span_id(their_call)  # nested under pydantic-ai's tool span
+    assert parent_of(research) == span_id(our_call)
+    # one trace: pydantic-ai's run of the parent, our spans, the child's own pydantic-ai run
+    worker = one(theirs, "invoke_agent worker")
+    assert {s.context.trace_id for s in (their_call, our_call, research, worker)} == {
+        their_call.context.trace_id
+    }
+
+
 def test_obs_2_a_background_one_shot_starts_a_trace_linked_to_its_call(
     provider: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
@@ -366,6 +426,36 @@ def test_obs_5_lifecycle_logs_carry_child_parent_and_run_ids(
         assert record.child_id  # type: ignore[attr-defined]
         assert record.run_id  # type: ignore[attr-defined]
     assert records[0].run_id == records[1].run_id  # type: ignore[attr-defined]
+
+
+def test_obs_5_a_failing_listener_warning_carries_the_runs_fields(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def model_for(_session: object, _options: object) -> NullModel:
+        return NullModel("ok")
+
+    def broken(_payload: object) -> None:
+        raise RuntimeError("listener broke")
+
+    async def main() -> None:
+        async with ReferenceHarness.open(model_for) as harness:
+            harness.service.on("subagent/start", broken)
+            harness.service.on("subagent/end", broken)
+            parent = await harness.create_agent("parent")
+            request = StartRequest("go", parent, AbortController().signal, label="logged")
+            async with await harness.service.start("spawn", request) as run:
+                await run.result
+
+    with caplog.at_level(logging.WARNING, logger="dsh_subagent.adapters.service"):
+        asyncio.run(main())
+    warned = [r for r in caplog.records if "listener failed" in r.getMessage()]
+    assert [r.getMessage().split()[0] for r in warned] == ["subagent/start", "subagent/end"]
+    for record in warned:
+        assert record.parent_id == "parent"  # type: ignore[attr-defined]
+        assert record.child_id  # type: ignore[attr-defined]
+        assert record.run_id  # type: ignore[attr-defined]
+        assert record.epoch is None  # type: ignore[attr-defined]
+    assert warned[0].run_id == warned[1].run_id  # type: ignore[attr-defined]
 
 
 def test_obs_2_demo_trace_prints_the_span_tree_from_the_sdk(tmp_path: Path) -> None:

@@ -221,6 +221,7 @@ def test_quick_run_of_ours_alone_writes_the_issue_shape_with_the_peers_absent(
             for name in ("1", "10", "100", "sqlite_floor")
             for figure in ("us_median", "us_p99", "msgs_per_s")
         ),
+        *(f"OTEL_W1_{name}" for name in compare.OTEL_FIGURES),
     }
     assert all(set(by_system) == {"ours"} for by_system in latest["workloads"].values())
     assert "asyncio_floor absent: not requested (--no-peers)" in capsys.readouterr().out
@@ -255,3 +256,18 @@ def test_acc_acceptance_latency_and_the_sqlite_floor_are_summarized() -> None:
         assert isinstance(figures, dict)
         assert figures["n"] == 20
         assert figures["msgs_per_s"] > 0
+
+
+def test_obs_1_otel_w1_runs_each_tracing_setup_in_its_own_interpreter() -> None:
+    from bench.otel_overhead import otel_overhead
+
+    result = asyncio.run(otel_overhead(2, 2, 1, rounds=1))
+    # unavailable really runs without the package: telemetry.AVAILABLE is false at import
+    assert result["available"] == {"unavailable": False, "api": True, "sdk_noop": True}
+    assert result["delegations_per_variant"] == 4
+    assert isinstance(result["api_overhead_pct"], float)
+    assert isinstance(result["sdk_noop_overhead_pct"], float)
+    assert isinstance(result["hooks_api_added_us"], float)  # the hooks measured directly
+    assert isinstance(result["api_hooks_pct_of_w1"], float)
+    figures = compare.figures_of("ours", {"W1_otel": result})
+    assert figures["OTEL_W1_api_overhead_pct"] == result["api_overhead_pct"]

@@ -522,7 +522,12 @@ class Engine:
         try:
             await self.sessions.commit(live.handle.agent.session)
         except Exception:
-            _log.warning("the disposal of %s was not persisted", live.child_id, exc_info=True)
+            _log.warning(
+                "the disposal of %s was not persisted",
+                live.child_id,
+                exc_info=True,
+                extra=live.fields(),
+            )
 
     async def settle_tasks(self) -> None:
         """Wait until no teardown task is pending (tests and drains)."""

@@ -45,6 +45,7 @@ from dsh_subagent.adapters.continuation_support import ChildLocks
 from dsh_subagent.adapters.durability import Accepted, stored
 from dsh_subagent.adapters.protocols import Session, SessionMailbox, SessionPersistence
 from dsh_subagent.adapters.signals import Unsubscribe
+from dsh_subagent.adapters.telemetry import fields
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.manager.events import MailboxArrived, MessageAccepted
 from dsh_subagent.core.values import (
@@ -155,7 +156,12 @@ class Mailbox:
                 if routed is Routed.RESUME and self.resume is not None:
                     await self.resume(child_id)
         except Exception:
-            _log.warning("mailbox delivery to %s failed; it stays pending", child_id, exc_info=True)
+            _log.warning(
+                "mailbox delivery to %s failed; it stays pending",
+                child_id,
+                exc_info=True,
+                extra=fields(child_id),
+            )
 
     # ------------------------------------------------------------------ delivery (rules 2-4)
 

@@ -381,10 +381,15 @@ class SubagentService:
                 try:
                     outcome = subscription.listener(payload)
                 except Exception as error:
-                    _log.warning("%s listener failed: %s", event_name, render_error(error))
+                    _log.warning(
+                        "%s listener failed: %s",
+                        event_name,
+                        render_error(error),
+                        extra=_fields_of(payload),
+                    )
                     continue
             if isinstance(outcome, Awaitable):
-                _contain(event_name, outcome)
+                _contain(event_name, outcome, _fields_of(payload))
 
     # ------------------------------------------------------------------ continuable (CONT)
 
@@ -522,12 +527,22 @@ class SubagentService:
         )
 
 
-def _contain(event_name: str, outcome: Awaitable[object]) -> None:
+def _fields_of(payload: LifecyclePayload) -> dict[str, object]:
+    """The ``extra=`` fields of a warning about ``payload``'s run (OBS-5)."""
+    start = payload.start if isinstance(payload, RunEndInfo) else payload
+    if isinstance(start, RunStartInfo):
+        return telemetry.fields(start.child_id, start.parent_session, None, start.run_id)
+    return telemetry.fields()
+
+
+def _contain(event_name: str, outcome: Awaitable[object], extra: dict[str, object]) -> None:
     """Log a failure of a listener's returned awaitable instead of letting it escape."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError as error:  # no running loop to await it on
-        _log.warning("%s listener returned an awaitable outside a loop: %s", event_name, error)
+        _log.warning(
+            "%s listener returned an awaitable outside a loop: %s", event_name, error, extra=extra
+        )
         if asyncio.iscoroutine(outcome):
             outcome.close()
         return
@@ -537,7 +552,7 @@ def _contain(event_name: str, outcome: Awaitable[object]) -> None:
         if not done.cancelled() and done.exception() is not None:
             error = done.exception()
             assert error is not None
-            _log.warning("%s listener failed: %s", event_name, render_error(error))
+            _log.warning("%s listener failed: %s", event_name, render_error(error), extra=extra)
 
     future.add_done_callback(report)
 

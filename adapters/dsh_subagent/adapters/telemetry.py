@@ -31,7 +31,13 @@ Theory of operation
    teardown ends before its owner's begins. Outside a drain it hangs under the child's epoch
    span. A settlement notice is ``dsh.subagent.notice`` under the child's teardown, with its
    route (``new-turn``, ``steer``, ``inject``, ``dropped``).
-6. Logs (OBS-5): ``subagent/start`` is logged at INFO and ``subagent/end`` at INFO, with the
+6. A host's tool span (OBS-2): a harness whose model runs inside an instrumented framework
+   (pydantic-ai) defers our tools out of the framework's run, so the framework's
+   ``execute_tool`` span has ended before the loop runs the call. The model captures the
+   framework's context inside that span (``current_context``) and the loop runs the call
+   under it (``within``): ``execute_tool subagent`` is then a child of the host's span,
+   in its trace, rather than of the calling agent's own span (rule 3).
+7. Logs (OBS-5): ``subagent/start`` is logged at INFO and ``subagent/end`` at INFO, with the
    ``extra`` fields of ``fields()`` (``child_id``, ``parent_id``, ``epoch``, ``run_id``); the
    seam's warnings about a child carry the same fields.
 """
@@ -168,6 +174,11 @@ _BACKGROUND: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar(
 _DRAINING: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar(
     "dsh_subagent_draining", default=False
 )
+_HOST: Final[contextvars.ContextVar[object | None]] = contextvars.ContextVar(
+    "dsh_subagent_host_span", default=None
+)
+"""The host span ``within`` made current (rule 6); a tool call hangs under it while it is
+still the current span (not in a task that merely inherited it under a span of ours)."""
 
 
 def trace_record(events: Sequence[SessionEvent]) -> Mapping[str, JsonValue] | None:
@@ -284,7 +295,8 @@ if AVAILABLE:
 
         @contextlib.contextmanager
         def tool_call(self, tool_name: str, caller_id: SessionId) -> Iterator[None]:
-            caller = self._live.get(caller_id)
+            hosted = _HOST.get() is not None and _HOST.get() is trace.get_current_span()
+            caller = None if hosted else self._live.get(caller_id)
             parent = None if caller is None else trace.set_span_in_context(caller)
             with self._tracer.start_as_current_span(
                 f"execute_tool {tool_name}",
@@ -400,6 +412,28 @@ if AVAILABLE:
             )
 
 
+def current_context() -> object | None:
+    """The OpenTelemetry context now, e.g. inside a host's tool span (rule 6); None without
+    the API."""
+    return otel_context.get_current() if AVAILABLE else None
+
+
+@contextlib.contextmanager
+def within(context: object | None) -> Iterator[None]:
+    """Run the block under ``context`` (from ``current_context``): a host's tool span (rule 6)."""
+    if context is None or not AVAILABLE:
+        yield
+        return
+    assert isinstance(context, otel_context.Context)
+    token = otel_context.attach(context)
+    host = _HOST.set(trace.get_current_span())
+    try:
+        yield
+    finally:
+        _HOST.reset(host)
+        otel_context.detach(token)
+
+
 def attach(agents: AgentRegistry | None) -> Lifecycle:
     """The hooks for one service: with spans when the API is importable (rule 1)."""
     return Tracing(agents) if AVAILABLE else Lifecycle()
@@ -420,7 +454,9 @@ __all__ = [
     "TRACE_EVENT",
     "Lifecycle",
     "attach",
+    "current_context",
     "fields",
     "trace_record",
     "use_tracer_provider",
+    "within",
 ]

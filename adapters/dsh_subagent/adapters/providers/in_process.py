@@ -63,6 +63,7 @@ from dsh_subagent.adapters.providers.base import (
 )
 from dsh_subagent.adapters.schema import schema_violations
 from dsh_subagent.adapters.signals import AbortSignal, Scope, race_abort
+from dsh_subagent.adapters.telemetry import fields
 from dsh_subagent.core.depth import child_depth, delegation_depth_of, fresh_child_options
 from dsh_subagent.core.descriptor import descriptor_to_payload
 from dsh_subagent.core.errors import invalid
@@ -323,7 +324,12 @@ class InProcessRun(DrivenRun):
         try:
             await self._host.agents.store.flush(handle.agent.session)
         except Exception as error:
-            _log.warning("one-shot child %s was not flushed: %s", self._child_id, error)
+            _log.warning(
+                "one-shot child %s was not flushed: %s",
+                self._child_id,
+                error,
+                extra=fields(self._child_id, self._parent.id, None, self._request.run_id),
+            )
         self._unlink_parent()
         await handle.dispose()
 

@@ -27,14 +27,18 @@ Theory of operation
    visible in every ``ModelRequest``. ``step_entering`` fires (vetoable) once the pre-step
    decision is to enter a step, before ``step/start``: a raising listener ends the turn
    ``error``.
+7. A model that ``ScopesToolCalls`` (pydantic-ai, whose run defers our tools) wraps each of
+   its step's tool calls as the loop runs it: its ``tool_scope(call)`` puts the call under
+   the framework's tool span (OBS-2).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final, TypeVar, assert_never
+from typing import Final, Protocol, TypeVar, assert_never, runtime_checkable
 
 from dsh_subagent.adapters.protocols import (
     AgentStatus,
@@ -46,6 +50,7 @@ from dsh_subagent.adapters.protocols import (
     Session,
     StatusNotification,
     StepEntering,
+    ToolCall,
 )
 from dsh_subagent.adapters.reference.composition import PromptComposer
 from dsh_subagent.adapters.reference.tool_registry import ScopedTools, ToolRegistry
@@ -100,6 +105,17 @@ PreStepHook = Callable[[tuple[UserMessage, ...], int, int, AbortSignal], Awaitab
 """``(claimed, turn, step, signal) -> enter?``; returning False ends the turn ``blocked``."""
 
 _log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class ScopesToolCalls(Protocol):
+    """A model that wraps each tool call of its step while the loop runs it (rule 7)."""
+
+    def tool_scope(self, call: ToolCall) -> contextlib.AbstractContextManager[None]: ...
+
+
+def _unscoped(_call: ToolCall) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
 
 
 def _corrupt(seq: int, why: str) -> SubagentError:
@@ -264,6 +280,7 @@ class ReferenceAgent:
         self.prompt = prompt or PromptComposer()
         self.ctx = Scope()
         self._model = model
+        self._tool_scope = model.tool_scope if isinstance(model, ScopesToolCalls) else _unscoped
         self._pre_step = pre_step
         self.inserted: Emitter[InboxNotification] = Emitter("agent/inbox/inserted")
         self.claimed: Emitter[InboxNotification] = Emitter("agent/inbox/claimed")
@@ -540,7 +557,8 @@ class ReferenceAgent:
             return TurnEndReason.COMPLETED
         concluded = False
         for call in result.tool_calls:
-            outcome = await self.tools.execute(call, signal)
+            with self._tool_scope(call):
+                outcome = await self.tools.execute(call, signal)
             concluded = concluded or outcome.concludes
             self.session.append(
                 TOOL_RESULT,

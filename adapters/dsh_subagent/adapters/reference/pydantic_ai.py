@@ -12,9 +12,14 @@ Theory of operation
    memory, so a child cold-resumed from SQLite continues the same conversation. The loop's
    system-prompt sections and runtime context become the run's instructions.
 3. The harness's tools (the ones the step's request lists as visible) are offered to the run
-   as external tools: a run that calls them ends with ``DeferredToolRequests``, which become
-   the step's tool calls, so the loop executes them (as the calling agent, under its guards)
-   and logs ``tool/result`` in our vocabulary. Tools of the pydantic-ai agent itself run
+   as tools that defer (``CallDeferred``): a run that calls them ends with
+   ``DeferredToolRequests``, which become the step's tool calls, so the loop executes them
+   (as the calling agent, under its guards) and logs ``tool/result`` in our vocabulary.
+   With pydantic-ai's instrumentation on, each deferral runs inside its ``execute_tool``
+   span; the tool captures that span's context and ``tool_scope`` runs the loop's execution
+   of the call under it, so our spans (the ``subagent`` tool's, its child's) nest under
+   pydantic-ai's tool span in its trace (OBS-2). That span has ended by then: it times the
+   deferral, ours time the call. Tools of the pydantic-ai agent itself run
    inside the run and are kept as ``inner-tool-call`` data blocks of the assistant message.
 4. Cancellation: an abort of the step's signal calls ``AgentRun.cancel()`` on the live run;
    the loop then records ``aborted`` with the cancel cause.
@@ -33,6 +38,7 @@ Theory of operation
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -44,8 +50,11 @@ try:
     from pydantic_ai import (
         AgentRun,
         AgentRunResult,
+        CallDeferred,
         DeferredToolRequests,
-        ExternalToolset,
+        FunctionToolset,
+        RunContext,
+        Tool,
         UsageLimitExceeded,
         UsageLimits,
     )
@@ -62,10 +71,10 @@ try:
     )
     from pydantic_ai.messages import ModelRequest as PydanticRequest
     from pydantic_ai.models.function import AgentInfo, FunctionModel
-    from pydantic_ai.tools import ToolDefinition
 except ModuleNotFoundError as err:  # the base install has no pydantic-ai
     raise MissingExtra("the pydantic-ai adapter", "pydantic-ai-slim", "pydantic-ai") from err
 
+from dsh_subagent.adapters import telemetry
 from dsh_subagent.adapters.protocols import Model, ModelRequest, ModelStep, ToolCall
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.adapters.reference.session import LiveSession
@@ -200,21 +209,32 @@ class PydanticAIModel:
         self.agent = agent
         self.tools_of = tools_of
         self.usage_limits = usage_limits
+        self._contexts: dict[str, object] = {}  # tool call id -> pydantic-ai's span context
 
-    def _toolset(self, request: ModelRequest) -> ExternalToolset[None]:
+    def _toolset(self, request: ModelRequest) -> FunctionToolset[None]:
         registry = self.tools_of(request.agent) if self.tools_of is not None else None
         tools = [registry.get(name) for name in request.tools] if registry is not None else []
-        return ExternalToolset(
+        return FunctionToolset(
             [
-                ToolDefinition(
-                    name=t.name, parameters_json_schema=dict(t.schema), description=t.description
-                )
+                Tool.from_schema(self._defer, t.name, t.description, dict(t.schema), takes_ctx=True)
                 for t in tools
                 if t is not None
             ]
         )
 
+    async def _defer(self, ctx: RunContext[None], **_arguments: object) -> None:
+        """A harness tool inside the run: hand the call to the loop (rule 3)."""
+        context = telemetry.current_context()
+        if context is not None and ctx.tool_call_id is not None:
+            self._contexts[ctx.tool_call_id] = context
+        raise CallDeferred()
+
+    def tool_scope(self, call: ToolCall) -> contextlib.AbstractContextManager[None]:
+        """Run the loop's execution of ``call`` under pydantic-ai's tool span (rule 3)."""
+        return telemetry.within(self._contexts.pop(call.id, None))
+
     async def step(self, request: ModelRequest) -> ModelStep:
+        self._contexts.clear()  # the previous step's calls have run
         token = _current.set(request)
         run: AgentRun[None, str | DeferredToolRequests]
         node: object
