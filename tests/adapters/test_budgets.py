@@ -27,10 +27,12 @@ from dsh_subagent.adapters.reference.scripted_model import (
     call_tool,
 )
 from dsh_subagent.adapters.signals import AbortController, AbortSignal
+from dsh_subagent.adapters.tools.control import render_entry
 from dsh_subagent.adapters.tools.subagent_config import SubagentToolConfig
 from dsh_subagent.core.budget import Budget
 from dsh_subagent.core.budget_log import BUDGET_CHARGED, BUDGET_SET, fold_budget
 from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.listing import ChildRow
 from dsh_subagent.core.values import (
     TURN_END,
     AgentOptions,
@@ -165,7 +167,7 @@ def test_budget_12_the_tool_ceiling_caps_every_child_and_the_result_names_the_li
     asyncio.run(main())
 
 
-def test_budget_14_followups_are_refused_until_the_host_raises_the_budget() -> None:
+def test_budget_14_budget_16_followups_are_refused_until_the_host_raises_the_budget() -> None:
     async def main() -> None:
         model_for = by_parent(NullModel(), lambda: NullModel("ok", usage=Usage(3, 2)))
         async with ReferenceHarness.open(model_for) as harness:  # type: ignore[arg-type]
@@ -184,6 +186,12 @@ def test_budget_14_followups_are_refused_until_the_host_raises_the_budget() -> N
             assert refused.value.code is ErrorCode.BUDGET_EXHAUSTED
             assert refused.value.field == "budget.model_requests"
             assert "more" not in dump(child.session.events)
+            [row] = await harness.service.list_children(parent.id)
+            assert isinstance(row, ChildRow)
+            assert row.budget == Budget(model_requests=0)
+            assert render_entry(row, "idle").endswith("helper (budget left: model_requests=0)")
+            [below] = await harness.service.list_descendants(parent.id)
+            assert below.row == row
             harness.service.raise_budget(started.child_id, Budget(model_requests=2))
             await harness.service.followup(started.child_id, "more", authority)
             child = harness.registry.get(started.child_id)  # this epoch's Activation
@@ -287,5 +295,31 @@ def test_budget_12_concurrent_fan_out_through_the_seam_never_overshoots() -> Non
             assert harness.service.remaining_budget(parent.id) == Budget(
                 model_requests=0, output_tokens=output_cap - spent
             )
+
+    asyncio.run(main())
+
+
+def test_budget_17_usage_is_optional_and_max_tokens_reaches_every_request() -> None:
+    unmetered = FunctionModel(lambda request: "plain")
+    metered = FunctionModel(lambda request: "no usage reported")
+
+    async def main() -> None:
+        async with ReferenceHarness.open(by_parent(unmetered, lambda: metered)) as harness:  # type: ignore[arg-type]
+            parent = await harness.create_agent("parent")
+            options = AgentOptions(max_tokens=77)
+            intent = SubagentIntent("go", agent_options=options)
+            run = await harness.service.start(
+                "spawn", StartRequest(intent, parent, signal(), budget=Budget(input_tokens=5))
+            )
+            async with run:
+                assert (await run.result).stop_reason is KnownStop.COMPLETED
+                child = run.local_agent
+                assert child is not None
+                # No usage reported: only the model request is counted.
+                assert fold_budget(child.session.events).consumed.as_tuple() == (1, 0, 0)
+            parent.followup(create_user_message("hi"))
+            await parent.when_idle()
+            assert [r.max_tokens for r in metered.requests] == [77]  # uncapped output
+            assert [r.max_tokens for r in unmetered.requests] == [None]
 
     asyncio.run(main())

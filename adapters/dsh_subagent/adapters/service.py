@@ -115,7 +115,7 @@ from dsh_subagent.core.lifecycle import (
     RunStartInfo,
 )
 from dsh_subagent.core.limits import DEFAULT_LIMITS, Limits
-from dsh_subagent.core.listing import DescendantRow, ListingRow
+from dsh_subagent.core.listing import ChildRow, DescendantRow, ListingRow
 from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.oneshot_observer import (
     EmitRunEnd,
@@ -526,8 +526,9 @@ class SubagentService:
     async def list_children(
         self, parent_id: SessionId, *, signal: AbortSignal | None = None
     ) -> builtins.list[ListingRow]:
-        """The subagent children of ``parent_id``, live-preferred (LIST-1..14)."""
-        return await catalog.list_children(
+        """The subagent children of ``parent_id``, live-preferred (LIST-1..14), with their
+        remaining budget (BUDGET-16)."""
+        rows = await catalog.list_children(
             parent_id,
             projections=self.projections,
             sessions=self.sessions,
@@ -535,12 +536,13 @@ class SubagentService:
             cache=self.cache,
             signal=signal,
         )
+        return [self._with_budget(row) for row in rows]
 
     async def list_descendants(
         self, root_id: SessionId, *, signal: AbortSignal | None = None
     ) -> builtins.list[DescendantRow]:
         """Every subagent descendant of ``root_id`` with its parent and depth (LIST-15)."""
-        return await catalog.list_descendants(
+        rows = await catalog.list_descendants(
             root_id,
             projections=self.projections,
             sessions=self.sessions,
@@ -548,6 +550,13 @@ class SubagentService:
             cache=self.cache,
             signal=signal,
         )
+        return [attrs.evolve(row, row=self._with_budget(row.row)) for row in rows]
+
+    def _with_budget(self, row: ListingRow) -> ListingRow:
+        if not isinstance(row, ChildRow):
+            return row
+        left = self.budgets.remaining(row.id)
+        return row if left is None else attrs.evolve(row, budget=left)
 
 
 def _contain(event_name: str, outcome: Awaitable[object]) -> None:
