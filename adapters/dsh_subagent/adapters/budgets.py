@@ -5,7 +5,8 @@ Theory of operation
 1. ``BudgetBook`` holds the core ``Ledger`` (``core.budget``, which decides everything) and
    performs its effects: it opens nodes, installs itself as the ``StepMeter`` of each
    budgeted agent, and writes the ``budget/set`` and ``budget/charged`` records
-   (``core.budget_log``) into that agent's log. It never keeps a budget only in memory.
+   (``core.budget_log``) into that agent's log (a child sharing its parent's accounts has
+   no caps to record). It never keeps a budget only in memory.
 2. The host sets a root's budget (``set_budget``, which also raises an open one); the fold
    of the root's log is charged when it opens, so a restarted host resumes the count.
 3. A start with a ``budget`` (or under a budgeted parent) carves its node before anything
@@ -52,6 +53,10 @@ _log = logging.getLogger(__name__)
 
 DEFAULT_OUTPUT_RESERVATION: Final = 4096
 """Output tokens a request reserves at most when its agent sets no ``max_tokens``."""
+
+
+_SHARED: Final = Budget()
+"""The caps of a child that asked for none: it shares its parent's accounts."""
 
 
 def check_budget(value: object, field: str) -> Budget | None:
@@ -200,7 +205,7 @@ class BudgetBook:
 
     def _record(self, node: str, agent: Agent) -> None:
         caps = self._caps[node]
-        if self._recorded.get(node) != caps:
+        if self._recorded.get(node, _SHARED) != caps:  # a sharing child needs no record
             agent.session.append(BUDGET_SET, budget_data(caps))
             self._recorded[node] = caps
 

@@ -65,6 +65,8 @@ class Dimension(enum.Enum):
 
 COUNTED: Final = (Dimension.MODEL_REQUESTS, Dimension.INPUT_TOKENS, Dimension.OUTPUT_TOKENS)
 """The dimensions kept as accounts, in the order ``Amounts`` and ``Node`` tuples use."""
+DIMENSIONS: Final = (*COUNTED, Dimension.WALL_TIME)
+"""Every dimension, in ``Budget`` field order (iterating the enum itself is slow)."""
 
 
 @attrs.frozen
@@ -99,7 +101,7 @@ def validate_budget(value: object, field: str) -> Budget:
     """
     if not isinstance(value, Budget):
         raise invalid(field, "must be a Budget")
-    for dimension in Dimension:
+    for dimension in DIMENSIONS:
         cap = getattr(value, dimension.value)
         if cap is not None and (type(cap) is not int or cap < 0):
             raise invalid(
@@ -475,6 +477,7 @@ def remaining(ledger: Ledger, node: str) -> Budget:
 
 __all__ = [
     "COUNTED",
+    "DIMENSIONS",
     "Account",
     "Amounts",
     "Budget",

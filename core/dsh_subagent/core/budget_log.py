@@ -20,7 +20,7 @@ from typing import Final
 
 import attrs
 
-from dsh_subagent.core.budget import COUNTED, Amounts, Budget, Dimension
+from dsh_subagent.core.budget import COUNTED, DIMENSIONS, Amounts, Budget, Dimension
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.values import TURN_END, JsonObject, JsonValue, SessionEvent, TurnEndReason
 
@@ -31,7 +31,9 @@ BUDGET_CHARGED: Final = "budget/charged"
 def budget_data(budget: Budget) -> JsonObject:
     """The ``budget/set`` payload: each capped dimension by its wire name."""
     return {
-        d.value: getattr(budget, d.value) for d in Dimension if getattr(budget, d.value) is not None
+        d.value: getattr(budget, d.value)
+        for d in DIMENSIONS
+        if getattr(budget, d.value) is not None
     }
 
 
@@ -62,10 +64,10 @@ def decode_budget(data: JsonValue, field: str) -> Budget:
     """
     if not isinstance(data, Mapping):
         raise invalid(field, "must be an object")
-    unknown = sorted(set(data) - {d.value for d in Dimension})
+    unknown = sorted(set(data) - {d.value for d in DIMENSIONS})
     if unknown:
         raise invalid(f"{field}.{unknown[0]}", "is not a budget dimension")
-    return Budget(*(_count(data, d.value, field) for d in Dimension))
+    return Budget(*(_count(data, d.value, field) for d in DIMENSIONS))
 
 
 @attrs.frozen
@@ -108,7 +110,7 @@ def exhausted_limit(events: Sequence[SessionEvent]) -> Dimension | None:
         ):
             return None
         limit = data.get("limit")
-        return next((d for d in Dimension if d.value == limit), None)
+        return next((d for d in DIMENSIONS if d.value == limit), None)
     return None
 
 
