@@ -81,6 +81,7 @@ class BudgetBook:
         self._clock = clock
         self.ledger = Ledger()
         self._node_of: dict[SessionId, str] = {}
+        self._bound: dict[str, SessionId] = {}  # the agent each node meters
         self._agents: dict[str, Agent] = {}  # the live agent metered by each node
         self._caps: dict[str, Budget] = {}  # the caps each node records (wall time included)
         self._recorded: dict[str, Budget] = {}  # the caps last written to its log
@@ -181,6 +182,7 @@ class BudgetBook:
                 field="budget",
             )
         self._node_of[agent.id] = node
+        self._bound[node] = agent.id
         self._agents[node] = agent
         agent.ctx.defer(agent.install_meter(self))
 
@@ -193,9 +195,9 @@ class BudgetBook:
 
     def close(self, node: str) -> None:
         """Close a settled child's node, returning its unused part (best effort)."""
-        for agent_id, held in list(self._node_of.items()):
-            if held == node:
-                del self._node_of[agent_id]
+        bound = self._bound.pop(node, None)
+        if bound is not None and self._node_of.get(bound) == node:
+            del self._node_of[bound]
         self._caps.pop(node, None)
         self._recorded.pop(node, None)
         try:
