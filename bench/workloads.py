@@ -9,6 +9,8 @@ Theory of operation
 2. W1 times ``service.start`` + ``await run.result`` + ``await run.dispose()`` (one one-shot
    delegation) 2,000 times after 200 untimed ones, in 10 blocks that take turns with a bare
    ``await create_task(coro())`` round trip, as the peers' scripts interleave their variants.
+   ``W1_oneshot_budget`` is the same delegation under a budgeted parent (every request
+   reserved and settled, the child's node carved and closed), in the same run.
 3. W2 runs in a fresh interpreter (``--w2 VARIANT``) after a short warm-up: 1,000 one-shot
    delegations gathered at once, every run and result kept until measured. ``*_barrier`` holds
    each child's model step on one shared event until all 1,000 are in flight. Peak RSS is the
@@ -78,12 +80,14 @@ from dsh_subagent.adapters.continuation_types import ParentAgent
 from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
 from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
+from dsh_subagent.core.budget import Budget
 from dsh_subagent.core.manager import apply
 from dsh_subagent.core.values import CoordinatorSource, KnownStop, SessionId
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 W2_VARIANTS: Final = ("W2_oneshot_barrier", "W2_oneshot_instant")
 TREE_DEPTH: Final = 4
+W1_BUDGET: Final = Budget(model_requests=10**12, input_tokens=10**15, output_tokens=10**15)
 
 
 # --------------------------------------------------------------------------- W1
@@ -93,8 +97,11 @@ async def w1(n: int, warmup: int, blocks: int = 10) -> JsonDict:
     """Sequential one-shot delegations and the bare task floor, interleaved block by block."""
     world = World(BenchModel())
     parent = await world.root("parent")
+    budgeted = await world.root("budgeted")  # every child carved, metered, settled, closed
+    world.service.set_budget(budgeted, W1_BUDGET)
     variants: dict[str, Callable[[], Awaitable[object]]] = {
         "W1_oneshot": lambda: delegate_and_dispose(world, parent),
+        "W1_oneshot_budget": lambda: delegate_and_dispose(world, budgeted),
         "W1_task_floor": task_round_trip,
     }
     for call in variants.values():

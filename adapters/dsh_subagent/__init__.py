@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "AgentOptions": "dsh_subagent.core.values",
     "BaseSource": "dsh_subagent.core.values",
     "BaseSourceKind": "dsh_subagent.core.values",
+    "Budget": "dsh_subagent.core.budget",
     "ChildRow": "dsh_subagent.core.listing",
     "Content": "dsh_subagent.core.values",
     "CoordinatorSource": "dsh_subagent.core.values",
@@ -90,6 +91,7 @@ _EXPORTS: dict[str, str] = {
     "Tool": "dsh_subagent.adapters.protocols",
     "ToolCall": "dsh_subagent.adapters.protocols",
     "ToolOutcome": "dsh_subagent.adapters.protocols",
+    "Usage": "dsh_subagent.adapters.protocols",
     "create_user_message": "dsh_subagent.adapters.protocols",
     # the reference harness
     "FunctionModel": "dsh_subagent.adapters.reference.scripted_model",
@@ -155,6 +157,7 @@ if TYPE_CHECKING:
     from dsh_subagent.adapters.protocols import Tool as Tool
     from dsh_subagent.adapters.protocols import ToolCall as ToolCall
     from dsh_subagent.adapters.protocols import ToolOutcome as ToolOutcome
+    from dsh_subagent.adapters.protocols import Usage as Usage
     from dsh_subagent.adapters.protocols import create_user_message as create_user_message
     from dsh_subagent.adapters.providers import DisposeOnExit as DisposeOnExit
     from dsh_subagent.adapters.providers import ForkProvider as ForkProvider
@@ -187,6 +190,7 @@ if TYPE_CHECKING:
     from dsh_subagent.adapters.tools import SubagentTool as SubagentTool
     from dsh_subagent.adapters.tools import SubagentToolConfig as SubagentToolConfig
     from dsh_subagent.adapters.tools import register_task_tools as register_task_tools
+    from dsh_subagent.core.budget import Budget as Budget
     from dsh_subagent.core.errors import ErrorCode as ErrorCode
     from dsh_subagent.core.errors import SubagentError as SubagentError
     from dsh_subagent.core.lifecycle import RunEndInfo as RunEndInfo

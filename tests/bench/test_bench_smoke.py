@@ -19,7 +19,7 @@ from bench.acceptance import acceptance
 
 def test_w1_sequential_delegations_and_the_task_floor_are_summarized() -> None:
     result = asyncio.run(workloads.w1(20, 2, blocks=2))
-    assert set(result) == {"W1_oneshot", "W1_task_floor"}
+    assert set(result) == {"W1_oneshot", "W1_oneshot_budget", "W1_task_floor"}
     summary = result["W1_oneshot"]
     assert isinstance(summary, dict)
     assert summary["n"] == 20

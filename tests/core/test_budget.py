@@ -159,3 +159,46 @@ def test_budget_10_pure_helpers_honour_their_bounds() -> None:
     assert b.carve_from(-1, 4) is None
     assert b.child_deadline(10, None, None) is None
     assert b.child_deadline(10, 5, None) == 15
+
+
+def test_budget_14_the_host_raises_owned_caps_carving_the_extra_from_the_payer() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=10, output_tokens=5), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(model_requests=2, wall_ms=50), 0)
+    assert b.short_of(ledger, "kid", 0) is None
+    ledger, grant = reserved(b.reserve(ledger, "kid", ONE_REQUEST, ONE_REQUEST, 0))
+    ledger = b.settle(ledger, grant.id, ONE_REQUEST)
+    ledger = b.charge(ledger, "kid", Amounts(model_requests=1, output_tokens=0))
+    assert b.short_of(ledger, "kid", 0) is Dimension.MODEL_REQUESTS
+    assert b.short_of(ledger, "kid", 50) is Dimension.WALL_TIME
+    raised = b.raise_caps(ledger, "kid", Budget(model_requests=5, wall_ms=100), 10)
+    assert b.caps(raised, "kid") == Budget(model_requests=5)
+    assert b.remaining(raised, "root").model_requests == 5
+    assert raised.nodes["kid"].deadline_ms == 110
+    assert b.short_of(raised, "kid", 60) is None
+    same = b.raise_caps(raised, "kid", Budget(model_requests=1, wall_ms=1), 10)
+    assert b.caps(same, "kid") == Budget(model_requests=5)
+    assert same.nodes["kid"].deadline_ms == 110
+    assert b.raise_caps(raised, "root", Budget(model_requests=20), 0).nodes["root"].own[0] == (
+        b.Account(limit=20, carved=5)
+    )
+    free = b.open_root(Ledger(), "r", Budget(model_requests=1), 0)
+    assert b.raise_caps(free, "r", Budget(wall_ms=5), 0).nodes["r"].deadline_ms is None
+
+
+def test_budget_14_raising_is_refused_when_the_payer_is_short_or_the_cap_is_shared() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=3), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(model_requests=2), 0)
+    ledger = b.open_child(ledger, "root", "shared", Budget(), 0)
+    assert code_of(lambda: b.raise_caps(ledger, "kid", Budget(model_requests=4), 0)) is (
+        ErrorCode.BUDGET_EXHAUSTED
+    )
+    with pytest.raises(SubagentError) as caught:
+        b.raise_caps(ledger, "shared", Budget(model_requests=4), 0)
+    assert caught.value.field == "budget.model_requests"
+    assert code_of(lambda: b.charge(ledger, "kid", Amounts(input_tokens=-1))) is (
+        ErrorCode.INVALID_ARGUMENT
+    )
+    assert b.charge(ledger, "shared", Amounts(model_requests=1)).nodes["root"].own[0] == (
+        b.Account(limit=3, consumed=1, carved=2)
+    )
+    assert b.charge(ledger, "kid", Amounts(input_tokens=7)) == ledger

@@ -112,3 +112,13 @@ def test_notice_6_unknown_reason_never_reads_as_success(reason: str) -> None:
     line = summary_line(C, OtherStop(reason))
     assert "ended abnormally" in line
     assert "finished and will do no further work" not in line
+
+
+def test_budget_13_a_budget_exhausted_notice_names_the_limit() -> None:
+    assert summary_line(C, KnownStop.BUDGET_EXHAUSTED) == (
+        "Background subagent c-1 ran out of budget before it finished."
+    )
+    outcome = EpochOutcome(KnownStop.BUDGET_EXHAUSTED, limit="output_tokens")
+    line = "Background subagent c-1 ran out of budget (output_tokens) before it finished."
+    assert notice_content(C, outcome)[0] == TextBlock(line)
+    assert notice_source(C, outcome).summary == line

@@ -52,6 +52,7 @@ from typing import Final
 
 import attrs
 
+from dsh_subagent.adapters.budgets import BudgetBook
 from dsh_subagent.adapters.child_composition import apply_child_composition
 from dsh_subagent.adapters.continuation_create import Creator, Services
 from dsh_subagent.adapters.continuation_engine import Emit, Engine, Routed
@@ -160,7 +161,9 @@ class ContinuationManager:
         ids: Callable[[], str] = lambda: str(uuid.uuid4()),
         limits: Limits = DEFAULT_LIMITS,
         tracing: Lifecycle | None = None,
+        budgets: BudgetBook | None = None,
     ) -> None:
+        self._budgets = budgets or BudgetBook()
         services = Services(
             agents,
             sessions,
@@ -171,6 +174,7 @@ class ContinuationManager:
             approval,
             compose or apply_child_composition,
             ids,
+            self._budgets,
         )
         self._agents = agents
         self._limits = limits
@@ -228,6 +232,7 @@ class ContinuationManager:
             raise invalid("source", "must be a MessageSource")
         self._identities.followup_authority(authority)
         check_aborted(check_signal(signal), "signal")
+        self._budgets.refuse_exhausted(child_id)  # until the host raises it (BUDGET-14)
         queued = _Queued(content, source, authority, signal)
         queue = self._queued.setdefault(child_id, collections.deque())
         queue.append(queued)

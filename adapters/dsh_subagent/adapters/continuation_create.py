@@ -27,7 +27,11 @@ Theory of operation
    refuses a closing lineage or a releasing parent and disposes the handle. Every failure
    before acceptance is rolled back with ``StartRolledBack`` (CONT-9, TEAR-7), silently,
    and gives the lease up; a published child gives it up when it is released (LEASE-6).
-4. Both paths run inside the drain barrier, so a drain waits for their publication or
+4. Budgets (BUDGET-12): a fresh start carves the child's node before its first side effect
+   and attaches the child in its unpublished window (a rollback closes the node); a cold
+   resume reopens the node from the child's log (or meters it through the open one) and
+   refuses the follow-up of an exhausted child.
+5. Both paths run inside the drain barrier, so a drain waits for their publication or
    rollback (TEAR-13).
 """
 
@@ -38,6 +42,7 @@ from typing import cast
 
 import attrs
 
+from dsh_subagent.adapters.budgets import BudgetBook, ChildBudget
 from dsh_subagent.adapters.clock import epoch_ms
 from dsh_subagent.adapters.continuation_engine import (
     Engine,
@@ -138,6 +143,7 @@ class Services:
     approval: Callable[[], ApprovalPolicyService | None]
     compose: Callable[..., object]
     ids: Callable[[], str]
+    budgets: BudgetBook = attrs.field(factory=BudgetBook)
 
     def require_persistence(self) -> SessionPersistence:
         persistence = self.persistence()
@@ -170,6 +176,8 @@ class Creator:
         self._barrier = barrier
         #: Store leases granted to a start or resume that has no live child yet (rule 3).
         self._leases: dict[SessionId, Callable[[], Awaitable[None]]] = {}
+        #: Budget nodes carved for a fresh start not yet accepted (rolled back with it).
+        self._carved: dict[SessionId, ChildBudget] = {}
 
     async def start(self, spec: ContinuableStartSpec) -> Accepted:
         """Reserve, then create; any failure before acceptance rolls back (rule 1)."""
@@ -183,15 +191,20 @@ class Creator:
                 # The per-child lock is held from reservation to acceptance, so a follow-up
                 # issued meanwhile waits and joins after the prompt (CONT-14, RES-6).
                 async with self._locks.locked(child_id):
-                    return await self._start_reserved(spec, child_id)
+                    accepted = await self._start_reserved(spec, child_id)
             except BaseException:
                 await self._roll_back(child_id)
                 raise
+            self._carved.pop(child_id, None)  # accepted: the node stays with the child
+            return accepted
 
     async def _start_reserved(self, spec: ContinuableStartSpec, child_id: SessionId) -> Accepted:
         parent, intent = spec.parent, spec.intent
         persistence = self._services.require_persistence()
         self._check_unused(child_id)
+        carved = self._services.budgets.carve(parent.id, child_id, spec.budget)
+        if carved is not None:
+            self._carved[child_id] = carved
         await self._grant(persistence, await persistence.reserve(child_id))
         parent_depth = delegation_depth_of(parent.session.header, parent.options)
         depth = child_depth(parent_depth, intent.max_depth)
@@ -260,6 +273,9 @@ class Creator:
             for entry in delegation_log_entries(policy, fresh=True):
                 child.session.append(entry.type, entry.data)
             self._services.compose(child, parent, persona=persona, tool_filter=tool_filter)
+            carved = self._carved.get(child.id)
+            if carved is not None:
+                carved.attach(child)
 
         return configure
 
@@ -313,6 +329,8 @@ class Creator:
                     await self._roll_back(child_id)
                     return None
                 await self._resume(child_id, parent, signal, descriptor, record)
+                if content is not None:  # an exhausted child takes no follow-up (BUDGET-14)
+                    self._services.budgets.refuse_exhausted(child_id)
                 self._mailbox.deliver(child_id, mail)  # first, in acceptance order (DUR-23)
                 accepted = (
                     None
@@ -353,6 +371,7 @@ class Creator:
                     persona=descriptor.persona,
                     tool_filter=descriptor.tool_filter,
                 )
+                self._services.budgets.restore(agent, agent.session.header.parent_session)
 
         stop = self._agents.created.subscribe(compose)
         try:
@@ -472,6 +491,9 @@ class Creator:
         release = self._leases.pop(child_id, None)
         if release is not None:
             await quietly(release())
+        carved = self._carved.pop(child_id, None)
+        if carved is not None:
+            carved.close()
 
     def _check_unused(self, child_id: SessionId) -> None:
         sessions = self._services.sessions

@@ -60,6 +60,7 @@ from dsh_subagent.adapters.signals import Unsubscribe
 from dsh_subagent.adapters.telemetry import Lifecycle, fields
 from dsh_subagent.core import wire
 from dsh_subagent.core.authority import FollowupAuthority
+from dsh_subagent.core.budget_log import exhausted_limit
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.lifecycle import (
     SUBAGENT_END,
@@ -487,7 +488,12 @@ class Engine:
             events = agent.session.events[live.boundary :]
             output = final_assistant_output(events)
             stop = epoch_stop_reason(fold_consumed_work(events))
-            live.outcome = EpochOutcome(stop, wire.decode_content(list(output), "output"))
+            limit = exhausted_limit(events)
+            live.outcome = EpochOutcome(
+                stop,
+                wire.decode_content(list(output), "output"),
+                None if limit is None else limit.value,
+            )
         except Exception as exc:
             if not boundaries:  # one error for the shared idle/flush/capture guard (TEAR-5)
                 live.failures.append(boundary_failure(Boundary.ACTIVATION, repr(exc)))

@@ -41,6 +41,7 @@ from typing import Final
 
 import attrs
 
+from dsh_subagent.adapters.budgets import check_budget
 from dsh_subagent.adapters.frozen_json import frozen_intent
 from dsh_subagent.adapters.protocols import Agent, AgentRegistry
 from dsh_subagent.adapters.signals import AbortSignal
@@ -54,6 +55,7 @@ from dsh_subagent.core.authority import (
     UserAuthority,
     live_lineage,
 )
+from dsh_subagent.core.budget import Budget
 from dsh_subagent.core.capabilities import validate_intent
 from dsh_subagent.core.depth import validate_max_depth
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
@@ -87,6 +89,8 @@ class ContinuableStartSpec:
     intent: SubagentIntent = attrs.field(converter=as_intent)
     child_id: SessionId | None = None
     signal: AbortSignal | None = attrs.field(default=None, eq=False)
+    budget: Budget | None = None
+    """The child's caps, carved out of the parent's remaining budget (BUDGET-12)."""
 
 
 @attrs.frozen
@@ -151,6 +155,7 @@ def check_start_spec(spec: object, limits: Limits = DEFAULT_LIMITS) -> Continuab
     validate_intent(spec.intent, "spec", limits)
     if spec.signal is not None and not isinstance(spec.signal, AbortSignal):
         raise invalid("spec.signal", "must be an AbortSignal")
+    check_budget(spec.budget, "spec.budget")
     return attrs.evolve(spec, intent=frozen_intent(spec.intent))
 
 

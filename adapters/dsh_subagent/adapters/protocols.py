@@ -180,17 +180,40 @@ class ModelRequest:
     runtime_context: tuple[PromptLine, ...] = ()
     """Merged runtime-context contributions ``(name, order, text)`` (e.g. the delegation
     statement of a child)."""
+    max_tokens: int | None = None
+    """The most output tokens this request may produce (the agent's ``max_tokens``, lowered
+    to the budget's grant), or None for the model's own default."""
+
+
+@attrs.frozen
+class Usage:
+    """The tokens one model request used, as the model reports them."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 @attrs.frozen
 class ModelStep:
-    """One model step's outcome (raise from ``Model.step`` for an error)."""
+    """One model step's outcome (raise from ``Model.step`` for an error).
+
+    ``usage`` is optional: a model that reports none is counted in model requests only."""
 
     content: Content = ()
     chunks: tuple[str, ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
     refusal: bool = False
     max_tokens: bool = False
+    usage: Usage | None = None
+
+
+@attrs.frozen
+class StepGrant:
+    """A model request's admitted reservation: settle it exactly once."""
+
+    ticket: int
+    max_tokens: int | None = None
+    """The output cap the request must be sent with (None: uncapped)."""
 
 
 # --------------------------------------------------------------------------- protocols
@@ -201,6 +224,30 @@ class Model(Protocol):
 
     async def step(self, request: ModelRequest) -> ModelStep:
         """Produce one step; raise to end the turn with ``error`` (HARNESS-9)."""
+        ...
+
+
+class StepMeter(Protocol):
+    """Budget admission of an agent's model requests (BUDGET-12, ``docs/budgets.md``)."""
+
+    def admit(self, agent: SessionId, max_tokens: int | None) -> StepGrant:
+        """Reserve one model request, synchronously, in the span that admits the step;
+        raise ``BUDGET_EXHAUSTED`` (field ``budget.<dimension>``) to end the turn
+        ``budget-exhausted`` instead."""
+        ...
+
+    def settle(self, agent: SessionId, grant: StepGrant, usage: Usage | None, *, ok: bool) -> None:
+        """Release ``grant`` and charge the request: its ``usage`` (or one request only) when
+        ``ok``, the whole grant when it failed or was aborted."""
+        ...
+
+
+@runtime_checkable
+class MeteredAgent(Protocol):
+    """An agent whose model requests a ``StepMeter`` admits (the reference agent is one)."""
+
+    def install_meter(self, meter: StepMeter) -> Unsubscribe:
+        """Admit every later model request through ``meter``; the disposer removes it."""
         ...
 
 

@@ -43,6 +43,9 @@ Theory of operation
    the live provider, so a listener can only observe, never change the provider; the same
    ``.name`` serves both events, and the live provider is ``get_provider(name)`` away while
    ``provider-added`` runs (EVT-1).
+7. Budgets (BUDGET-12, ``docs/budgets.md``): the service's ``BudgetBook`` carves a start's
+   budget before the provider starts it and closes it when the run settles; the host sets
+   a root's budget and raises a child's.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from typing import Final, TypeAlias, assert_never
 import attrs
 
 from dsh_subagent.adapters import catalog, telemetry
+from dsh_subagent.adapters.budgets import BudgetBook, check_budget
 from dsh_subagent.adapters.continuation import ContinuationManager
 from dsh_subagent.adapters.continuation_types import (
     AncestorAuthority,
@@ -94,6 +98,7 @@ from dsh_subagent.adapters.schema import check_output_schema
 from dsh_subagent.adapters.setup_registry import ContinuableSetupRegistry, SetupContribution
 from dsh_subagent.adapters.signals import AbortSignal, Unsubscribe
 from dsh_subagent.core import oneshot_observer
+from dsh_subagent.core.budget import Budget
 from dsh_subagent.core.capabilities import admit_start_request
 from dsh_subagent.core.depth import delegation_depth_of
 from dsh_subagent.core.descriptor import one_shot_descriptor
@@ -110,7 +115,7 @@ from dsh_subagent.core.lifecycle import (
     RunStartInfo,
 )
 from dsh_subagent.core.limits import DEFAULT_LIMITS, Limits
-from dsh_subagent.core.listing import DescendantRow, ListingRow
+from dsh_subagent.core.listing import ChildRow, DescendantRow, ListingRow
 from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.oneshot_observer import (
     EmitRunEnd,
@@ -192,6 +197,7 @@ def resolve_start_request(
         intent=frozen_intent(core.intent),
         parent=attrs.evolve(core.parent, delegation_depth=depth),
     )
+    check_budget(request.budget, "request.budget")
     descriptor = one_shot_descriptor(name, core)
     return ResolvedStartRequest(core, parent, request.signal, descriptor, RunId(str(uuid.uuid4())))
 
@@ -225,6 +231,7 @@ class SubagentService:
         self._observation = oneshot_observer.Observation()
         self._observed_ids = EventIds("observed#")
         self._observed_runs: dict[RunId, SubagentRun] = {}
+        self.budgets = BudgetBook()  # BUDGET-12: the tree budgets of every start
         # DESIGN decision 9: spans and lifecycle logs, driven by the run events (OBS-1).
         self.tracing = telemetry.attach(agents)
         for event in _RUN_EVENTS:
@@ -246,6 +253,7 @@ class SubagentService:
                 approval=lambda: approval,
                 limits=limits,
                 tracing=self.tracing,
+                budgets=self.budgets,
             )
             if agents is not None and sessions is not None
             else None
@@ -301,7 +309,19 @@ class SubagentService:
                 field="name",
             )
         resolved = resolve_start_request(name, provider, request, self.limits)
-        run = await provider.start(resolved)
+        child_budget = self.budgets.carve(
+            resolved.parent.id, f"run:{resolved.run_id}", request.budget
+        )
+        if child_budget is not None:
+            resolved = attrs.evolve(resolved, budget=child_budget)
+            try:
+                run = await provider.start(resolved)
+            except BaseException:
+                child_budget.close()
+                raise
+            run.result.add_done_callback(lambda _result: child_budget.close())
+        else:
+            run = await provider.start(resolved)
         core = resolved.request
         published = RunPublished(
             self._observed_ids.next(),
@@ -498,13 +518,29 @@ class SubagentService:
         """Add a child-scoped capability to every future Activation (SETUP-1)."""
         return self._setups.register(contribution)
 
+    # ------------------------------------------------------------------ budgets (BUDGET)
+
+    def set_budget(self, agent: Agent, budget: Budget) -> None:
+        """Set (or raise) a root agent's budget: its children's budgets are carved from it."""
+        self.budgets.set_budget(agent, budget)
+
+    def raise_budget(self, child_id: SessionId, budget: Budget) -> None:
+        """Raise a child's own caps (carved from its parent's remaining), e.g. to accept
+        follow-ups after ``BUDGET_EXHAUSTED``."""
+        self.budgets.raise_budget(child_id, budget)
+
+    def remaining_budget(self, agent_id: SessionId) -> Budget | None:
+        """What ``agent_id`` may still spend per dimension (None: it has no budget)."""
+        return self.budgets.remaining(agent_id)
+
     # ------------------------------------------------------------------ catalog (LIST)
 
     async def list_children(
         self, parent_id: SessionId, *, signal: AbortSignal | None = None
     ) -> builtins.list[ListingRow]:
-        """The subagent children of ``parent_id``, live-preferred (LIST-1..14)."""
-        return await catalog.list_children(
+        """The subagent children of ``parent_id``, live-preferred (LIST-1..14), with their
+        remaining budget (BUDGET-16)."""
+        rows = await catalog.list_children(
             parent_id,
             projections=self.projections,
             sessions=self.sessions,
@@ -512,12 +548,13 @@ class SubagentService:
             cache=self.cache,
             signal=signal,
         )
+        return [self._with_budget(row) for row in rows]
 
     async def list_descendants(
         self, root_id: SessionId, *, signal: AbortSignal | None = None
     ) -> builtins.list[DescendantRow]:
         """Every subagent descendant of ``root_id`` with its parent and depth (LIST-15)."""
-        return await catalog.list_descendants(
+        rows = await catalog.list_descendants(
             root_id,
             projections=self.projections,
             sessions=self.sessions,
@@ -525,6 +562,13 @@ class SubagentService:
             cache=self.cache,
             signal=signal,
         )
+        return [attrs.evolve(row, row=self._with_budget(row.row)) for row in rows]
+
+    def _with_budget(self, row: ListingRow) -> ListingRow:
+        if not isinstance(row, ChildRow):
+            return row
+        left = self.budgets.remaining(row.id)
+        return row if left is None else attrs.evolve(row, budget=left)
 
 
 def _fields_of(payload: LifecyclePayload) -> dict[str, object]:

@@ -36,6 +36,11 @@ Theory of operation
    ``consumed + reserved + carved <= limit`` whenever usage stays within grants, hence the
    reserved and consumed amounts of a whole subtree never exceed its root's limit.
 8. Pure: the adapter passes ``now_ms``; reservation ids come from a counter in the ledger.
+9. **Restoring and raising.** ``charge`` books usage folded from a log on a reopened node
+   (a cold resume) without a reservation. ``raise_caps`` lets the host raise the caps a
+   node owns (the extra is carved from its payer like a child's cap, all or nothing) and
+   push its deadline later. ``short_of`` names the dimension a minimal request would be
+   refused on: the seam refuses follow-ups to such a child.
 """
 
 from __future__ import annotations
@@ -60,6 +65,8 @@ class Dimension(enum.Enum):
 
 COUNTED: Final = (Dimension.MODEL_REQUESTS, Dimension.INPUT_TOKENS, Dimension.OUTPUT_TOKENS)
 """The dimensions kept as accounts, in the order ``Amounts`` and ``Node`` tuples use."""
+DIMENSIONS: Final = (*COUNTED, Dimension.WALL_TIME)
+"""Every dimension, in ``Budget`` field order (iterating the enum itself is slow)."""
 
 
 @attrs.frozen
@@ -94,7 +101,7 @@ def validate_budget(value: object, field: str) -> Budget:
     """
     if not isinstance(value, Budget):
         raise invalid(field, "must be a Budget")
-    for dimension in Dimension:
+    for dimension in DIMENSIONS:
         cap = getattr(value, dimension.value)
         if cap is not None and (type(cap) is not int or cap < 0):
             raise invalid(
@@ -383,6 +390,81 @@ def close(ledger: Ledger, node: str) -> Ledger:
     return attrs.evolve(ledger, nodes=nodes)
 
 
+def charge(ledger: Ledger, node: str, used: Amounts) -> Ledger:
+    """Charge ``used`` to ``node``'s payers without a reservation (usage folded from a log)."""
+    opened = _node(ledger, node)
+    nodes = ledger.nodes
+    for index, spent in enumerate(used.as_tuple()):
+        if spent < 0:
+            raise invalid(f"used.{COUNTED[index].value}", f"must be non-negative, got {spent}")
+        payer = opened.payers[index]
+        if payer is None or spent == 0:
+            continue
+        account = _account(nodes, payer, index)
+        nodes = _with_account(
+            nodes, payer, index, attrs.evolve(account, consumed=account.consumed + spent)
+        )
+    return attrs.evolve(ledger, nodes=nodes)
+
+
+MINIMAL_REQUEST: Final = Amounts(1, 1, 1)
+"""The least a model request reserves in every counted dimension (``short_of``)."""
+
+
+def short_of(ledger: Ledger, node: str, now_ms: int) -> Dimension | None:
+    """The dimension a minimal model request of ``node`` would be refused on, or None."""
+    refused = reserve(ledger, node, MINIMAL_REQUEST, MINIMAL_REQUEST, now_ms)
+    return refused.dimension if isinstance(refused, Exhausted) else None
+
+
+def raise_caps(ledger: Ledger, node: str, budget: Budget, now_ms: int) -> Ledger:
+    """Raise the caps ``node`` owns to ``budget`` (rule 9); a cap never shrinks.
+
+    A dimension ``node`` does not own cannot be raised here (``INVALID_ARGUMENT``: raise it
+    where it is capped); the extra is carved from the parent's payer or ``BUDGET_EXHAUSTED``
+    changes nothing. ``wall_ms`` moves the deadline to ``now + wall_ms`` when that is later
+    (never past the parent's).
+    """
+    opened = _node(ledger, node)
+    budget = validate_budget(budget, "budget")
+    parent = None if opened.parent is None else ledger.nodes[opened.parent]
+    nodes = ledger.nodes
+    for index, cap in enumerate(budget.counted()):
+        if cap is None:
+            continue
+        field = f"budget.{COUNTED[index].value}"
+        if opened.payers[index] != node:
+            raise invalid(field, f"{node!r} has no cap of its own here; raise its payer's")
+        mine = _account(nodes, node, index)
+        extra = cap - mine.limit
+        if extra <= 0:
+            continue
+        payer = None if parent is None else parent.payers[index]
+        if payer is not None:
+            above = _account(nodes, payer, index)
+            if carve_from(above.remaining, extra) != extra:
+                raise _exhausted(COUNTED[index], payer)
+            nodes = _with_account(
+                nodes, payer, index, attrs.evolve(above, carved=above.carved + extra)
+            )
+        nodes = _with_account(nodes, node, index, attrs.evolve(mine, limit=cap))
+    deadline = opened.deadline_ms
+    if budget.wall_ms is not None and deadline is not None:
+        later = child_deadline(
+            now_ms, budget.wall_ms, None if parent is None else parent.deadline_ms
+        )
+        deadline = max(deadline, later or deadline)
+    me = nodes[node]
+    return attrs.evolve(ledger, nodes=nodes.set(node, attrs.evolve(me, deadline_ms=deadline)))
+
+
+def caps(ledger: Ledger, node: str) -> Budget:
+    """The caps ``node`` owns now (None where it shares a payer's); wall time not kept."""
+    opened = _node(ledger, node)
+    limits = [None if account is None else account.limit for account in opened.own]
+    return Budget(limits[0], limits[1], limits[2], None)
+
+
 def remaining(ledger: Ledger, node: str) -> Budget:
     """What ``node`` may still reserve per dimension (None: uncapped), for listings."""
     opened = _node(ledger, node)
@@ -395,6 +477,7 @@ def remaining(ledger: Ledger, node: str) -> Budget:
 
 __all__ = [
     "COUNTED",
+    "DIMENSIONS",
     "Account",
     "Amounts",
     "Budget",
@@ -403,14 +486,19 @@ __all__ = [
     "Ledger",
     "Node",
     "Reservation",
+    "MINIMAL_REQUEST",
+    "caps",
     "carve_from",
+    "charge",
     "child_deadline",
     "close",
     "grant_from",
     "open_child",
     "open_root",
+    "raise_caps",
     "remaining",
     "reserve",
     "settle",
+    "short_of",
     "validate_budget",
 ]

@@ -44,6 +44,7 @@ from typing import Final, TypeAlias
 
 import attrs
 
+from dsh_subagent.core.budget import Budget
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.projections import Identity
 from dsh_subagent.core.values import Mode, Origin, SessionHeader, SessionId
@@ -76,6 +77,9 @@ class ChildRow:
     has_children: bool
     mode: Mode
     label: str | None = None
+    budget: Budget | None = None
+    """What the child may still spend per dimension, when its budget node is open in this
+    service (BUDGET-16); None otherwise."""
 
 
 @attrs.frozen

@@ -6,7 +6,8 @@ Theory of operation
    NOTICE-2); apart from that it is unconditional (NOTICE-3).
 2. Text (NOTICE-5, NOTICE-6, NOTICE-7): one summary line per stop reason, verbatim, followed
    by either "It left no closing message." or "Its closing message:" and the output blocks.
-   An extension reason ``r`` reads "ended abnormally (r)": never reported as success.
+   An extension reason ``r`` reads "ended abnormally (r)": never reported as success. A
+   ``budget-exhausted`` line names the limit reached (BUDGET-13).
 3. Outcome (NOTICE-8): a teardown that failed at any boundary yields ``error`` with no
    output. A failed or unconfirmed flush (DESIGN decision 1) does not change the outcome.
 4. Provenance (NOTICE-9): ``SubagentSettledSource`` with the summary bounded to 120 chars.
@@ -48,6 +49,7 @@ _ENDINGS: Final = {
     KnownStop.MAX_TOKENS: "ran out of room before it finished.",
     KnownStop.REFUSAL: "declined the task.",
     KnownStop.ERROR: "failed before it finished.",
+    KnownStop.BUDGET_EXHAUSTED: "ran out of budget before it finished.",
 }
 
 
@@ -57,6 +59,8 @@ class EpochOutcome:
 
     stop_reason: StopReason
     output: Content = ()
+    limit: str | None = None
+    """The budget dimension reached, for ``budget-exhausted`` (BUDGET-13)."""
 
 
 class NoticeRoute(enum.Enum):
@@ -93,13 +97,16 @@ class NoticeDecision:
     accounted: bool = False
 
 
-def summary_line(child_id: SessionId, stop_reason: StopReason) -> str:
-    """The exact summary line for ``stop_reason`` (NOTICE-6).
+def summary_line(child_id: SessionId, stop_reason: StopReason, limit: str | None = None) -> str:
+    """The exact summary line for ``stop_reason`` (NOTICE-6); a ``budget-exhausted`` line
+    names the ``limit`` reached when known (BUDGET-13).
 
     post: __return__.startswith("Background subagent ")
     post: stop_reason is KnownStop.COMPLETED or not __return__.endswith("send it more.")
     """
-    if isinstance(stop_reason, KnownStop):
+    if stop_reason is KnownStop.BUDGET_EXHAUSTED and limit is not None:
+        ending = f"ran out of budget ({limit}) before it finished."
+    elif isinstance(stop_reason, KnownStop):
         ending = _ENDINGS[stop_reason]
     else:
         ending = f"ended abnormally ({stop_reason_text(stop_reason)}) before it finished."
@@ -117,7 +124,7 @@ def notice_outcome(captured: EpochOutcome, teardown_failed: bool) -> EpochOutcom
 
 def notice_content(child_id: SessionId, outcome: EpochOutcome) -> Content:
     """The notice's text blocks: summary, then the closing label and output (NOTICE-5)."""
-    summary = TextBlock(summary_line(child_id, outcome.stop_reason))
+    summary = TextBlock(summary_line(child_id, outcome.stop_reason, outcome.limit))
     if not outcome.output:
         return (summary, TextBlock(NO_CLOSING_MESSAGE_LABEL))
     return (summary, TextBlock(CLOSING_MESSAGE_LABEL), *outcome.output)
@@ -125,7 +132,9 @@ def notice_content(child_id: SessionId, outcome: EpochOutcome) -> Content:
 
 def notice_source(child_id: SessionId, outcome: EpochOutcome) -> SubagentSettledSource:
     """The notice's provenance, distinct from a child's own report (NOTICE-9)."""
-    return SubagentSettledSource(child_id, summary_line(child_id, outcome.stop_reason))
+    return SubagentSettledSource(
+        child_id, summary_line(child_id, outcome.stop_reason, outcome.limit)
+    )
 
 
 def route_notice(parent: ParentFacts) -> NoticeDecision:

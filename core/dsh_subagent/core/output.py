@@ -242,6 +242,7 @@ _ONE_SHOT_STOP: Final[Mapping[TurnEndReason, KnownStop]] = {
     TurnEndReason.BLOCKED: KnownStop.REFUSAL,
     TurnEndReason.ERROR: KnownStop.ERROR,
     TurnEndReason.INTERRUPTED: KnownStop.ERROR,
+    TurnEndReason.BUDGET_EXHAUSTED: KnownStop.BUDGET_EXHAUSTED,
 }
 
 _EPOCH_STOP: Final[Mapping[TurnEndReason, KnownStop]] = {

@@ -94,6 +94,7 @@ class KnownStop(enum.Enum):
     MAX_TOKENS = "max-tokens"
     REFUSAL = "refusal"
     ERROR = "error"
+    BUDGET_EXHAUSTED = "budget-exhausted"
 
 
 @attrs.frozen
@@ -266,6 +267,7 @@ class TurnEndReason(enum.Enum):
     ERROR = "error"
     MAX_TOKENS = "max-tokens"
     INTERRUPTED = "interrupted"
+    BUDGET_EXHAUSTED = "budget-exhausted"
 
 
 class CancelKind(enum.Enum):

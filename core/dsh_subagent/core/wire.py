@@ -193,8 +193,10 @@ def turn_end_data(
     cause: CancelKind | None = None,
     cause_reason: str | None = None,
     error: str | None = None,
+    limit: str | None = None,
 ) -> JsonObject:
-    """``turn/end`` payload; ``cause`` only for aborted turns, ``error`` only for errors."""
+    """``turn/end`` payload; ``cause`` only for aborted turns, ``error`` only for errors,
+    ``limit`` (the budget dimension reached) only for ``budget-exhausted``."""
     data: dict[str, JsonValue] = {"turn": turn, "reason": reason.value}
     if reason is TurnEndReason.ABORTED:
         kind = cause or CancelKind.USER
@@ -204,6 +206,8 @@ def turn_end_data(
         data["cause"] = cause_obj
     if reason is TurnEndReason.ERROR:
         data["error"] = error or "error"
+    if reason is TurnEndReason.BUDGET_EXHAUSTED and limit is not None:
+        data["limit"] = limit
     return data
 
 

@@ -36,9 +36,11 @@ from typing import Final, Protocol, Self, assert_never, runtime_checkable
 
 import attrs
 
+from dsh_subagent.adapters.budgets import ChildBudget
 from dsh_subagent.adapters.protocols import Agent
 from dsh_subagent.adapters.signals import AbortController, AbortSignal
 from dsh_subagent.core import oneshot
+from dsh_subagent.core.budget import Budget
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (
     EventId,
@@ -76,17 +78,23 @@ class StartRequest:
     signal: AbortSignal = attrs.field(eq=False)
     label: str | None = None
     output_schema: JsonObject | None = None
+    budget: Budget | None = None
+    """The child's caps, carved out of the parent's remaining budget (BUDGET-12)."""
 
 
 @attrs.frozen
 class ResolvedStartRequest:
-    """What ``provider.start`` receives: the validated request plus what the service resolved."""
+    """What ``provider.start`` receives: the validated request plus what the service resolved.
+
+    ``budget`` is the child's carved budget node when it or its parent is budgeted: an
+    in-process provider attaches the child agent to it in its unpublished window."""
 
     request: SubagentStartRequest
     parent: Agent = attrs.field(eq=False)
     signal: AbortSignal = attrs.field(eq=False)
     descriptor: OneShotDescriptor
     run_id: RunId
+    budget: ChildBudget | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen

@@ -11,7 +11,8 @@ Theory of operation
    rejection means the registry already rolled it back (ONE-4, ONE-5).
 2. The unpublished creation window (DRIVER-2), in order: the delegated policy events after any
    seed (POLICY-3), ``apply_child_composition`` (DRIVER-7), the structured-output capture when
-   a schema was requested (STRUCT), and the hook appending the one-shot descriptor at the
+   a schema was requested (STRUCT), the child's budget node when one was carved (BUDGET-12),
+   and the hook appending the one-shot descriptor at the
    child's first entered step, inside its initial turn (DESC-12). A host setup contribution,
    if configured, is awaited last, raced against the signal.
 3. Drive (DRIVER-3): an abort cancels the child with cause ``parent``; unless the run was
@@ -64,6 +65,7 @@ from dsh_subagent.adapters.providers.base import (
 from dsh_subagent.adapters.schema import schema_violations
 from dsh_subagent.adapters.signals import AbortSignal, Scope, race_abort
 from dsh_subagent.adapters.telemetry import fields
+from dsh_subagent.core.budget_log import exhausted_limit
 from dsh_subagent.core.depth import child_depth, delegation_depth_of, fresh_child_options
 from dsh_subagent.core.descriptor import descriptor_to_payload
 from dsh_subagent.core.errors import invalid
@@ -269,6 +271,8 @@ class InProcessRun(DrivenRun):
         )
         if core.output_schema is not None:
             self._capture = StructuredCapture(child, session, core.output_schema)
+        if self._request.budget is not None:
+            self._request.budget.attach(child)
         payload = descriptor_to_payload(self._request.descriptor)
 
         def append_descriptor(_entering: StepEntering) -> None:
@@ -312,6 +316,9 @@ class InProcessRun(DrivenRun):
         except Exception as error:
             self._settle_fault(error)
         else:
+            limit = exhausted_limit(own)
+            if limit is not None:
+                result = attrs.evolve(result, diagnostic=f"budget exhausted: {limit.value}")
             self._settle(result)
 
     def _cancel_work(self) -> None:

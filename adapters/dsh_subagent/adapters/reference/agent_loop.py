@@ -22,7 +22,12 @@ Theory of operation
    message, tool results and ``step/end``. ``turn/end`` records completed, max-tokens
    (sticky), aborted with its cause, or error (HARNESS-9). Turn numbers continue from the
    last ``turn/start`` in the log, seed included.
-6. Each agent has a ``PromptComposer`` (system-prompt sections and runtime context, scoped
+6. Budgets (BUDGET-12): with a ``StepMeter`` installed, a step reserves its model request
+   (``meter.admit``) in the span that admits it, after ``step_entering`` and before
+   ``step/start``; a refusal ends the turn ``budget-exhausted`` naming the limit. The
+   request carries the grant's output cap, and the reservation is settled once the model
+   answers (its reported usage) or fails (the whole grant).
+7. Each agent has a ``PromptComposer`` (system-prompt sections and runtime context, scoped
    over a parent composer) and a ``ScopedTools`` layer over the global tools; both are
    visible in every ``ModelRequest``. ``step_entering`` fires (vetoable) once the pre-step
    decision is to enter a step, before ``step/start``: a raising listener ends the turn
@@ -47,9 +52,12 @@ from dsh_subagent.adapters.protocols import (
     InboxTarget,
     Model,
     ModelRequest,
+    ModelStep,
     Session,
     StatusNotification,
     StepEntering,
+    StepGrant,
+    StepMeter,
     ToolCall,
 )
 from dsh_subagent.adapters.reference.composition import PromptComposer
@@ -59,6 +67,7 @@ from dsh_subagent.adapters.signals import (
     AbortSignal,
     Emitter,
     Scope,
+    Unsubscribe,
     abortable,
     race_abort,
 )
@@ -293,6 +302,17 @@ class ReferenceAgent:
         self._abort: AbortController | None = None  # the current activity's (or the last one's)
         self._activity: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._meter: StepMeter | None = None
+
+    def install_meter(self, meter: StepMeter) -> Unsubscribe:
+        """Admit every later model request through ``meter`` (rule 6)."""
+        self._meter = meter
+
+        def remove() -> None:
+            if self._meter is meter:
+                self._meter = None
+
+        return remove
 
     @property
     def id(self) -> SessionId:
@@ -497,12 +517,16 @@ class ReferenceAgent:
                     ends = TurnEndReason.COMPLETED
                     return False
                 self.step_entering.emit_vetoable(StepEntering(self.id, turn, step))
+                grant = self._admit()
+                if isinstance(grant, str):
+                    end_data = wire.turn_end_data(turn, TurnEndReason.BUDGET_EXHAUSTED, limit=grant)
+                    return False
                 self.session.append(STEP_START, {})
                 steps = step
                 try:
                     for message in claimed:
                         self.session.append(USER_MESSAGE, wire.user_message_data(message))
-                    step_end = await self._step(turn, step, signal)
+                    step_end = await self._step(turn, step, signal, grant)
                     if ends is not TurnEndReason.MAX_TOKENS:
                         ends = step_end
                 finally:
@@ -528,7 +552,34 @@ class ReferenceAgent:
         effects = self._dispatch(_TURN_ENDED[self._inbox.has_pending])
         return any(isinstance(effect, NextTurn) for effect in effects)
 
-    async def _step(self, turn: int, step: int, signal: AbortSignal) -> TurnEndReason | None:
+    def _admit(self) -> StepGrant | str | None:
+        """Reserve the step's model request (rule 6): a grant, None without a meter, or the
+        name of the exhausted limit."""
+        if self._meter is None:
+            return None
+        try:
+            return self._meter.admit(self.id, self.options.max_tokens)
+        except SubagentError as exc:
+            if exc.code is not ErrorCode.BUDGET_EXHAUSTED:
+                raise
+            return (exc.field or "budget").removeprefix("budget.")
+
+    async def _ask(self, request: ModelRequest, grant: StepGrant | None) -> ModelStep:
+        """The model's answer, settling the grant either way (rule 6)."""
+        meter = self._meter  # the meter that admitted it settles it, even if removed since
+        if grant is None or meter is None:
+            return await abortable(self._model.step(request), request.signal)
+        try:
+            result = await abortable(self._model.step(request), request.signal)
+        except BaseException:
+            meter.settle(self.id, grant, None, ok=False)
+            raise
+        meter.settle(self.id, grant, result.usage, ok=True)
+        return result
+
+    async def _step(
+        self, turn: int, step: int, signal: AbortSignal, grant: StepGrant | None
+    ) -> TurnEndReason | None:
         request = ModelRequest(
             self.id,
             turn,
@@ -538,8 +589,9 @@ class ReferenceAgent:
             signal,
             system_prompt=tuple((p.name, p.order, p.text) for p in self.prompt.system_prompt()),
             runtime_context=tuple((p.name, p.order, p.text) for p in self.prompt.runtime_context()),
+            max_tokens=self.options.max_tokens if grant is None else grant.max_tokens,
         )
-        result = await abortable(self._model.step(request), signal)
+        result = await self._ask(request, grant)
         signal.throw_if_aborted()
         for chunk in result.chunks:
             self.session.append(ASSISTANT_CHUNK, wire.assistant_chunk_data(chunk))

@@ -27,7 +27,9 @@ Theory of operation
 6. Top-level agents: ``create_agent`` makes a new one and refuses an id the store already
    holds (before anything is created: the stored log would be overwritten), naming
    ``resume_agent`` and ``agent``; ``resume_agent`` reloads a stored one; ``agent`` returns
-   the live one, else resumes the stored one, else creates it.
+   the live one, else resumes the stored one, else creates it. ``create_agent(...,
+   budget=...)`` sets the host's budget of the agent's delegation tree; ``resume_agent``
+   restores a recorded one (``docs/budgets.md``).
 7. ``install_tools`` gives the agents the model-facing tools in one call: it binds the
    calling-agent context once (tools learn which agent calls them), then the ``subagent``
    tool (with the task tools when it runs one-shot children in the background), the control
@@ -50,6 +52,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeAlias, TypeVar
 
+from dsh_subagent.adapters.budgets import check_budget
 from dsh_subagent.adapters.projections import SessionProjectionRegistry
 from dsh_subagent.adapters.protocols import CreateOptions, Model, ResumeOptions, SessionMeta
 from dsh_subagent.adapters.providers.fork import ForkProvider
@@ -79,6 +82,7 @@ from dsh_subagent.adapters.tools import (
     SubagentToolConfig,
     register_task_tools,
 )
+from dsh_subagent.core.budget import Budget
 from dsh_subagent.core.errors import SubagentError, invalid
 from dsh_subagent.core.teardown import aggregate_branches, teardown_failure
 from dsh_subagent.core.values import AgentOptions, SessionId
@@ -233,12 +237,16 @@ class ReferenceHarness:
     async def _stored(self, session_id: str) -> bool:
         return await self.persistence.revision(SessionId(session_id)) is not None
 
-    async def create_agent(self, session_id: str, *, cwd: str | None = None) -> ReferenceAgent:
-        """Create and publish a new top-level agent (a parent that delegates).
+    async def create_agent(
+        self, session_id: str, *, cwd: str | None = None, budget: Budget | None = None
+    ) -> ReferenceAgent:
+        """Create and publish a new top-level agent (a parent that delegates), with the
+        host's ``budget`` for its whole delegation tree when given (BUDGET-12).
 
         raises: SubagentError (``INVALID_ARGUMENT`` naming ``session_id``) when the store
         already holds that id: resume it with ``resume_agent`` or use ``agent`` (rule 4).
         """
+        check_budget(budget, "budget")
         if await self._stored(session_id):
             raise invalid(
                 "session_id",
@@ -248,12 +256,16 @@ class ReferenceHarness:
         handle = await self.registry.create(
             CreateOptions(SessionId(session_id), meta=SessionMeta(cwd=cwd))
         )
+        if budget is not None:
+            self.service.set_budget(handle.agent, budget)
         await self.store.commit(handle.agent.session)  # stored when returned (rule 8)
         return handle.agent
 
     async def resume_agent(self, session_id: str) -> ReferenceAgent:
-        """Resume a persisted top-level agent from its log (HARNESS-17)."""
+        """Resume a persisted top-level agent from its log (HARNESS-17); a budget recorded
+        in it is restored with what it consumed (BUDGET-15)."""
         handle = await self.registry.resume(ResumeOptions(SessionId(session_id)))
+        self.service.budgets.restore(handle.agent, None)
         return handle.agent
 
     async def agent(self, session_id: str, *, cwd: str | None = None) -> ReferenceAgent:

@@ -25,7 +25,9 @@ Theory of operation
    the loop then records ``aborted`` with the cancel cause.
 5. Stop reasons: a run ending with finish reason ``length`` or raising
    ``UsageLimitExceeded`` is ``max-tokens``; ``content_filter`` is a refusal; any other
-   exception propagates and the loop records ``error``; otherwise ``completed``.
+   exception propagates and the loop records ``error``; otherwise ``completed``. The run's
+   usage becomes the step's ``usage``; the request's ``max_tokens`` goes in as a model
+   setting (BUDGET-12).
 6. Steering lands at the next step boundary (the next run's input), not through
    ``AgentRun.enqueue``: a message handed to a live run would leave the durable inbox
    without a claim the log records, breaking "every accepted message leaves once"
@@ -75,7 +77,7 @@ except ModuleNotFoundError as err:  # the base install has no pydantic-ai
     raise MissingExtra("the pydantic-ai adapter", "pydantic-ai-slim", "pydantic-ai") from err
 
 from dsh_subagent.adapters import telemetry
-from dsh_subagent.adapters.protocols import Model, ModelRequest, ModelStep, ToolCall
+from dsh_subagent.adapters.protocols import Model, ModelRequest, ModelStep, ToolCall, Usage
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.adapters.reference.session import LiveSession
 from dsh_subagent.adapters.reference.tool_registry import ToolRegistry
@@ -247,6 +249,9 @@ class PydanticAIModel:
                 instructions=_instructions(request),
                 usage_limits=self.usage_limits,
                 toolsets=[self._toolset(request)],
+                model_settings=None
+                if request.max_tokens is None
+                else {"max_tokens": request.max_tokens},
             ) as run:
                 remove = request.signal.add_listener(lambda _reason: run.cancel())
                 try:
@@ -262,12 +267,14 @@ class PydanticAIModel:
         assert result is not None  # a run that ended without raising has a result
         response = result.response
         texts = tuple(part.content for part in response.parts if isinstance(part, TextPart))
+        used = result.usage
         return ModelStep(
             content=(*_inner_calls(result.new_messages()), *map(TextBlock, texts)),
             chunks=texts,
             tool_calls=_deferred(result.output),
             refusal=response.finish_reason == "content_filter",
             max_tokens=response.finish_reason == "length",
+            usage=Usage(used.input_tokens, used.output_tokens),
         )
 
 

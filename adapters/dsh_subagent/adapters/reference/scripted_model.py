@@ -15,7 +15,8 @@ Theory of operation
    failure does. Every request is recorded.
 4. ``NullModel`` replies at once with a fixed text, for benchmarks.
 5. The helpers ``reply``, ``call_tool``, ``structured``, ``refuse``, ``hit_max_tokens`` and
-   ``fail`` build script items.
+   ``fail`` build script items; ``reply`` and ``call_tool`` take the ``usage`` to report
+   (BUDGET-12), and so does ``NullModel``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import attrs
 
-from dsh_subagent.adapters.protocols import ModelRequest, ModelStep, ToolCall
+from dsh_subagent.adapters.protocols import ModelRequest, ModelStep, ToolCall, Usage
 from dsh_subagent.adapters.signals import race_abort
 from dsh_subagent.core.errors import invalid
 from dsh_subagent.core.values import DataBlock, JsonObject, JsonValue, TextBlock
@@ -82,14 +83,23 @@ class Gated:
 ScriptItem = ModelStep | ModelFailure | Gated
 
 
-def reply(text: str, *, chunks: Iterable[str] | None = None) -> ModelStep:
+def reply(
+    text: str, *, chunks: Iterable[str] | None = None, usage: Usage | None = None
+) -> ModelStep:
     """A final text reply (chunks default to the whole text)."""
-    return ModelStep(content=(TextBlock(text),), chunks=tuple(chunks or (text,)))
+    return ModelStep(content=(TextBlock(text),), chunks=tuple(chunks or (text,)), usage=usage)
 
 
-def call_tool(name: str, arguments: JsonObject | None = None, *, call_id: str = "") -> ModelStep:
+def call_tool(
+    name: str,
+    arguments: JsonObject | None = None,
+    *,
+    call_id: str = "",
+    usage: Usage | None = None,
+) -> ModelStep:
     """A step that calls one tool (the loop continues with its result)."""
-    return ModelStep(tool_calls=(ToolCall(call_id or f"call-{name}", name, arguments or {}),))
+    call = ToolCall(call_id or f"call-{name}", name, arguments or {})
+    return ModelStep(tool_calls=(call,), usage=usage)
 
 
 def structured(value: JsonValue) -> ModelStep:
@@ -173,8 +183,8 @@ class FunctionModel:
 class NullModel:
     """Replies immediately with a fixed text."""
 
-    def __init__(self, text: str = "ok") -> None:
-        self._step = ModelStep(content=(TextBlock(text),), chunks=(text,))
+    def __init__(self, text: str = "ok", *, usage: Usage | None = None) -> None:
+        self._step = ModelStep(content=(TextBlock(text),), chunks=(text,), usage=usage)
 
     async def step(self, request: ModelRequest) -> ModelStep:
         return self._step

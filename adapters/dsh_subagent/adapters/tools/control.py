@@ -13,11 +13,14 @@ Theory of operation
 4. ``list_agents`` lists the caller's continuable children, or all continuable descendants in
    stable pre-order; one-shot rows are dropped, diagnostics kept. Status comes from the live
    agent registry: absent -> ``ready``, running -> ``running``, else ``idle`` (CTRL-12..15).
+   A child with an open budget ends its line with what it has left (BUDGET-16).
 """
 
 from __future__ import annotations
 
 from typing import Final
+
+import attrs
 
 from dsh_subagent.adapters.continuation_types import AncestorAuthority, ParentAgent
 from dsh_subagent.adapters.protocols import AgentStatus, Tool, ToolHost, ToolOutcome
@@ -25,6 +28,7 @@ from dsh_subagent.adapters.service import SubagentService
 from dsh_subagent.adapters.signals import AbortSignal, Unsubscribe
 from dsh_subagent.adapters.tools.calling import require_caller
 from dsh_subagent.adapters.tools.schemas import Wording, guarded, parameters, translate
+from dsh_subagent.core.budget import Budget
 from dsh_subagent.core.errors import ErrorCode
 from dsh_subagent.core.listing import ChildRow, DescendantRow, ListingDiagnostic, ListingRow
 from dsh_subagent.core.values import CoordinatorSource, JsonObject, Mode, SessionId, TextBlock
@@ -140,7 +144,14 @@ def render_entry(
     where = _position(parent, depth)
     if isinstance(row, ListingDiagnostic):
         return f"{row.child_id} [diagnostic: {row.kind.value}]{where}"
-    return f"{row.id} [{status}]{where} — {row.label or ''}"
+    left = "" if row.budget is None else _budget_text(row.budget)
+    return f"{row.id} [{status}]{where} — {row.label or ''}{left}"
+
+
+def _budget_text(left: Budget) -> str:
+    """`` (budget left: model_requests=2 output_tokens=90)``, capped dimensions only."""
+    parts = [f"{name}={value}" for name, value in attrs.asdict(left).items() if value is not None]
+    return f" (budget left: {' '.join(parts)})" if parts else ""
 
 
 class ControlTools:

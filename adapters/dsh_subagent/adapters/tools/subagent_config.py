@@ -5,7 +5,8 @@ Theory of operation
 1. ``SubagentToolConfig`` is validated whole at construction, before anything is registered
    (TOOL-6, TOOL-7): ``max_depth`` defaults to 3, 0 forbids delegation, ``provider-managed``
    sends no cap; an empty ``tool_filter`` and a bad depth fail ``INVALID_ARGUMENT`` naming
-   the setting.
+   the setting. A ``budget`` is the ceiling every child of the instance asks for (the model
+   has no parameter to raise it).
 2. ``tool_wording`` derives the description and the parameter schema from the provider's
    ``inherits_parent_context`` and the background settings (TOOL-9..12); a few phrases in it
    are fixed, because models and hosts rely on them. ``guidance_text`` is the continuable
@@ -24,8 +25,10 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
+from dsh_subagent.adapters.budgets import check_budget
 from dsh_subagent.adapters.tools.jobs import output_text
 from dsh_subagent.adapters.tools.schemas import parameters
+from dsh_subagent.core.budget import Budget
 from dsh_subagent.core.depth import MAX_DEPTH
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.values import (
@@ -90,6 +93,9 @@ class SubagentToolConfig:
     persona: str | None = None
     tool_filter: ToolFilter | None = attrs.field(default=None, converter=_check_tool_filter)
     max_depth: MaxDepth = attrs.field(default=3, converter=_check_max_depth)
+    budget: Budget | None = None
+    """The budget every child this instance starts asks for: a ceiling set by the host, not
+    a parameter the model sees (BUDGET-12)."""
 
     def __attrs_post_init__(self) -> None:
         for field in ("provider", "tool_name"):
@@ -110,6 +116,7 @@ class SubagentToolConfig:
                 raise invalid("agent_options.max_tokens", "must be a positive safe integer")
         if self.persona is not None and not isinstance(self.persona, str):
             raise invalid("persona", "must be a string")
+        check_budget(self.budget, "budget")
 
 
 # --------------------------------------------------------------------------- wording
@@ -251,6 +258,7 @@ _HEADLINES: Final = {
     KnownStop.ERROR: "subagent run failed",
     KnownStop.MAX_TOKENS: "subagent run hit its token limit before finishing",
     KnownStop.REFUSAL: "subagent declined the task",
+    KnownStop.BUDGET_EXHAUSTED: "subagent run ran out of budget before finishing",
 }
 
 

@@ -225,7 +225,8 @@ class SubagentTool:
             persona=config.persona,
             agent_options=config.agent_options,
         )
-        return StartRequest(intent, caller, signal, label=str(arguments["description"]))
+        label = str(arguments["description"])
+        return StartRequest(intent, caller, signal, label=label, budget=config.budget)
 
     def _depth_error(self, caller: Agent, error: Exception) -> Exception:
         """Depth and capability refusals as fixed texts for the model (TOOL-26, TOOL-27)."""
@@ -268,7 +269,12 @@ class SubagentTool:
             request = self.request(caller, arguments, signal)
             started = await self.service.start_continuable(
                 ContinuableStartSpec(
-                    self.config.provider, request.label or "", caller, request.intent, signal=signal
+                    self.config.provider,
+                    request.label or "",
+                    caller,
+                    request.intent,
+                    signal=signal,
+                    budget=request.budget,
                 )
             )
             return ContinuableValue(started.child_id)

@@ -1,0 +1,265 @@
+"""The seam's tree budgets: one ledger per service, metering every budgeted agent's requests.
+
+Theory of operation
+-------------------
+1. ``BudgetBook`` holds the core ``Ledger`` (``core.budget``, which decides everything) and
+   performs its effects: it opens nodes, installs itself as the ``StepMeter`` of each
+   budgeted agent, and writes the ``budget/set`` and ``budget/charged`` records
+   (``core.budget_log``) into that agent's log (a child sharing its parent's accounts has
+   no caps to record). It never keeps a budget only in memory.
+2. The host sets a root's budget (``set_budget``, which also raises an open one); the fold
+   of the root's log is charged when it opens, so a restarted host resumes the count.
+3. A start with a ``budget`` (or under a budgeted parent) carves its node before anything
+   is created (``carve``): a child of an unbudgeted parent gets its own root. The node's
+   ``ChildBudget`` attaches the child agent in its unpublished window (``attach``), or is
+   closed when the start fails or the child settles (one-shot), returning the unused part.
+   A continuable child's node stays open while the service lives (its remaining budget is
+   listed), and a cold resume reopens it from the child's log (``restore``).
+4. ``admit`` reserves one request, its input estimate (1) and 1 up to the request's
+   ``max_tokens`` (``DEFAULT_OUTPUT_RESERVATION`` when the agent sets none) output tokens,
+   synchronously in the agent's step admission: a refusal is ``BUDGET_EXHAUSTED`` naming
+   ``budget.<dimension>``. ``settle`` charges the reported usage (one request only when the
+   model reports none; the whole grant when the request failed) and records the charge.
+5. ``refuse_exhausted`` refuses a follow-up to a child a minimal request would be refused
+   for; ``raise_budget`` lifts its caps (``core.budget.raise_caps``) and records them on its
+   live log, or at its next activation.
+6. Wall time is a deadline from the moment the node opens (in this process): a cold resume
+   starts the recorded wall time afresh.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Final
+
+import attrs
+
+from dsh_subagent.adapters.clock import epoch_ms
+from dsh_subagent.adapters.protocols import Agent, MeteredAgent, StepGrant, Usage
+from dsh_subagent.core import budget as core
+from dsh_subagent.core.budget import Amounts, Budget, Exhausted, Ledger, validate_budget
+from dsh_subagent.core.budget_log import (
+    BUDGET_CHARGED,
+    BUDGET_SET,
+    budget_data,
+    charged_data,
+    fold_budget,
+)
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.values import SessionId
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_OUTPUT_RESERVATION: Final = 4096
+"""Output tokens a request reserves at most when its agent sets no ``max_tokens``."""
+
+
+_SHARED: Final = Budget()
+"""The caps of a child that asked for none: it shares its parent's accounts."""
+
+
+def check_budget(value: object, field: str) -> Budget | None:
+    """``value`` as an optional ``Budget``, or ``INVALID_ARGUMENT`` naming ``field``."""
+    return None if value is None else validate_budget(value, field)
+
+
+def _merged(old: Budget, new: Budget) -> Budget:
+    """``new``'s caps over ``old``'s, dimension by dimension."""
+    return Budget(
+        *(
+            getattr(old, name) if getattr(new, name) is None else getattr(new, name)
+            for name in ("model_requests", "input_tokens", "output_tokens", "wall_ms")
+        )
+    )
+
+
+class BudgetBook:
+    """The ledger of one service and the ``StepMeter`` of its budgeted agents (rule 1)."""
+
+    def __init__(self, clock: Callable[[], float] = epoch_ms) -> None:
+        self._clock = clock
+        self.ledger = Ledger()
+        self._node_of: dict[SessionId, str] = {}
+        self._bound: dict[str, SessionId] = {}  # the agent each node meters
+        self._agents: dict[str, Agent] = {}  # the live agent metered by each node
+        self._caps: dict[str, Budget] = {}  # the caps each node records (wall time included)
+        self._recorded: dict[str, Budget] = {}  # the caps last written to its log
+
+    def _now(self) -> int:
+        return int(self._clock())
+
+    # ------------------------------------------------------------------ host (rule 2, 5)
+
+    def set_budget(self, agent: Agent, budget: Budget) -> None:
+        """Set (or raise) the host-owned budget of ``agent``, metering it from now."""
+        budget = validate_budget(budget, "budget")
+        node = self._node_of.get(agent.id)
+        if node is None:
+            node = agent.id
+            self.ledger = core.open_root(self.ledger, node, budget, self._now())
+            self._caps[node] = budget
+            record = fold_budget(agent.session.events)
+            self.ledger = core.charge(self.ledger, node, record.consumed)
+            if record.budget is not None:
+                self._recorded[node] = record.budget
+            self.attach(node, agent)
+            return
+        self.raise_budget(agent.id, budget)
+
+    def raise_budget(self, agent_id: SessionId, budget: Budget) -> None:
+        """Raise the caps of ``agent_id``'s node (rule 5); recorded now or when it is next live."""
+        budget = validate_budget(budget, "budget")
+        node = self._node_of.get(agent_id)
+        if node is None:
+            raise SubagentError(
+                ErrorCode.NOT_FOUND, f"{agent_id} has no open budget", field="child_id"
+            )
+        self.ledger = core.raise_caps(self.ledger, node, budget, self._now())
+        self._caps[node] = _merged(self._caps[node], budget)
+        agent = self._agents.get(node)
+        if agent is not None:
+            self._record(node, agent)
+
+    def remaining(self, agent_id: SessionId) -> Budget | None:
+        """What ``agent_id`` may still spend per dimension, or None when it has no budget."""
+        node = self._node_of.get(agent_id)
+        return None if node is None else core.remaining(self.ledger, node)
+
+    def refuse_exhausted(self, agent_id: SessionId) -> None:
+        """``BUDGET_EXHAUSTED`` when a minimal request of ``agent_id`` would be refused."""
+        node = self._node_of.get(agent_id)
+        if node is None:
+            return
+        short = core.short_of(self.ledger, node, self._now())
+        if short is not None:
+            raise SubagentError(
+                ErrorCode.BUDGET_EXHAUSTED,
+                f"the budget of {agent_id} is exhausted ({short.value}); the host can raise it",
+                field=f"budget.{short.value}",
+            )
+
+    # ------------------------------------------------------------------ children (rule 3)
+
+    def carve(
+        self, parent: SessionId | None, node: str, asked: Budget | None
+    ) -> ChildBudget | None:
+        """Open ``node`` before its child exists; None when neither it nor its parent is
+        budgeted."""
+        above = None if parent is None else self._node_of.get(parent)
+        if above is None and asked is None:
+            return None
+        now = self._now()
+        if above is None:
+            self.ledger = core.open_root(self.ledger, node, asked or Budget(), now)
+        else:
+            self.ledger = core.open_child(self.ledger, above, node, asked or Budget(), now)
+        self._caps[node] = (
+            core.caps(self.ledger, node) if asked is None else _caps_of(self.ledger, node, asked)
+        )
+        return ChildBudget(self, node)
+
+    def restore(self, agent: Agent, parent: SessionId | None) -> None:
+        """Meter a resumed child: its open node, or one reopened from its log (rule 3)."""
+        node = self._node_of.get(agent.id)
+        if node is None:
+            record = fold_budget(agent.session.events)
+            above = None if parent is None else self._node_of.get(parent)
+            if record.budget is None and above is None:
+                return
+            self.carve(parent, agent.id, record.budget or Budget())
+            self.ledger = core.charge(self.ledger, agent.id, record.consumed)
+            self._recorded[agent.id] = record.budget or Budget()
+            node = agent.id
+        self.attach(node, agent)
+
+    def attach(self, node: str, agent: Agent) -> None:
+        """Meter ``agent`` through ``node`` and record its caps (in the unpublished window)."""
+        if not isinstance(agent, MeteredAgent):
+            raise SubagentError(
+                ErrorCode.UNSUPPORTED_CAPABILITY,
+                f"agent {agent.id} cannot meter its model requests",
+                field="budget",
+            )
+        self._node_of[agent.id] = node
+        self._bound[node] = agent.id
+        self._agents[node] = agent
+        agent.ctx.defer(agent.install_meter(self))
+
+        def detach() -> None:
+            if self._agents.get(node) is agent:
+                del self._agents[node]
+
+        agent.ctx.defer(detach)
+        self._record(node, agent)
+
+    def close(self, node: str) -> None:
+        """Close a settled child's node, returning its unused part (best effort)."""
+        bound = self._bound.pop(node, None)
+        if bound is not None and self._node_of.get(bound) == node:
+            del self._node_of[bound]
+        self._caps.pop(node, None)
+        self._recorded.pop(node, None)
+        try:
+            self.ledger = core.close(self.ledger, node)
+        except SubagentError as error:  # open descendants keep its carve until they close
+            _log.debug("budget node %s stays open: %s", node, error)
+
+    def _record(self, node: str, agent: Agent) -> None:
+        caps = self._caps[node]
+        if self._recorded.get(node, _SHARED) != caps:  # a sharing child needs no record
+            agent.session.append(BUDGET_SET, budget_data(caps))
+            self._recorded[node] = caps
+
+    # ------------------------------------------------------------------ StepMeter (rule 4)
+
+    def admit(self, agent: SessionId, max_tokens: int | None) -> StepGrant:
+        node = self._node_of[agent]
+        output = max_tokens or DEFAULT_OUTPUT_RESERVATION
+        want = Amounts(1, 1, output)
+        granted = core.reserve(self.ledger, node, want, core.MINIMAL_REQUEST, self._now())
+        if isinstance(granted, Exhausted):
+            name = granted.dimension.value
+            raise SubagentError(
+                ErrorCode.BUDGET_EXHAUSTED,
+                f"the budget of {agent} is exhausted: no {name} left",
+                field=f"budget.{name}",
+            )
+        self.ledger, reservation = granted
+        capped = self.ledger.nodes[node].payers[2] is not None
+        cap = reservation.granted.output_tokens if capped else max_tokens
+        return StepGrant(reservation.id, cap)
+
+    def settle(self, agent: SessionId, grant: StepGrant, usage: Usage | None, *, ok: bool) -> None:
+        held = self.ledger.reservations[grant.ticket]
+        used: Amounts | None = None
+        if ok:
+            used = (
+                Amounts(1) if usage is None else Amounts(1, usage.input_tokens, usage.output_tokens)
+            )
+        self.ledger = core.settle(self.ledger, grant.ticket, used)
+        live = self._agents.get(self._node_of.get(agent, ""))
+        if live is not None:
+            live.session.append(BUDGET_CHARGED, charged_data(used or held.granted))
+
+
+def _caps_of(ledger: Ledger, node: str, asked: Budget) -> Budget:
+    """The caps a carved node records: what it got, plus the asked wall time."""
+    return attrs.evolve(core.caps(ledger, node), wall_ms=asked.wall_ms)
+
+
+@attrs.frozen(eq=False)
+class ChildBudget:
+    """A carved node waiting for its child agent (rule 3)."""
+
+    book: BudgetBook
+    node: str
+
+    def attach(self, agent: Agent) -> None:
+        self.book.attach(self.node, agent)
+
+    def close(self) -> None:
+        self.book.close(self.node)
+
+
+__all__ = ["DEFAULT_OUTPUT_RESERVATION", "BudgetBook", "ChildBudget", "check_budget"]

@@ -1,0 +1,126 @@
+"""Tree budgets in a child's log: the records a cold resume restores its budget from.
+
+Theory of operation
+-------------------
+1. ``budget/set`` records a child's own caps (``Dimension`` values as keys, absent for
+   uncapped): written when its budget node opens and whenever the host raises it. The last
+   one wins.
+2. ``budget/charged`` records what one settled model request was charged (model requests,
+   input and output tokens), written in the same span as the settlement.
+3. ``fold_budget`` is the projection: the last caps and the sum of every charge. Nothing of
+   a budget is kept only in memory; a restarted process reopens the node from this fold.
+4. ``budget/exhausted`` turn ends name the limit reached (``turn/end.limit``);
+   ``exhausted_limit`` reads it back for the notice and the tool result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+import attrs
+
+from dsh_subagent.core.budget import COUNTED, DIMENSIONS, Amounts, Budget, Dimension
+from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
+from dsh_subagent.core.values import TURN_END, JsonObject, JsonValue, SessionEvent, TurnEndReason
+
+BUDGET_SET: Final = "budget/set"
+BUDGET_CHARGED: Final = "budget/charged"
+
+
+def budget_data(budget: Budget) -> JsonObject:
+    """The ``budget/set`` payload: each capped dimension by its wire name."""
+    return {
+        d.value: getattr(budget, d.value)
+        for d in DIMENSIONS
+        if getattr(budget, d.value) is not None
+    }
+
+
+def charged_data(used: Amounts) -> JsonObject:
+    """The ``budget/charged`` payload of one settled request."""
+    return {d.value: count for d, count in zip(COUNTED, used.as_tuple(), strict=True)}
+
+
+def _count(data: Mapping[str, JsonValue], key: str, field: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if type(value) is not int or value < 0:
+        raise invalid(f"{field}.{key}", f"must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _object(event: SessionEvent) -> Mapping[str, JsonValue]:
+    if not isinstance(event.data, Mapping):
+        raise invalid(f"events[{event.seq}].data", "not an object")
+    return event.data
+
+
+def decode_budget(data: JsonValue, field: str) -> Budget:
+    """A ``budget/set`` payload (or any budget object) as a ``Budget``, naming ``field``.
+
+    raises: SubagentError
+    """
+    if not isinstance(data, Mapping):
+        raise invalid(field, "must be an object")
+    unknown = sorted(set(data) - {d.value for d in DIMENSIONS})
+    if unknown:
+        raise invalid(f"{field}.{unknown[0]}", "is not a budget dimension")
+    return Budget(*(_count(data, d.value, field) for d in DIMENSIONS))
+
+
+@attrs.frozen
+class BudgetRecord:
+    """A log's budget projection: the last recorded caps (None: none) and the charges."""
+
+    budget: Budget | None = None
+    consumed: Amounts = attrs.field(factory=Amounts)
+
+
+def fold_budget(events: Sequence[SessionEvent]) -> BudgetRecord:
+    """The last ``budget/set`` and the sum of every ``budget/charged`` (rule 3).
+
+    raises: SubagentError
+    """
+    budget: Budget | None = None
+    totals = [0, 0, 0]
+    try:
+        for event in events:
+            if event.type == BUDGET_SET:
+                budget = decode_budget(event.data, f"events[{event.seq}].data")
+            elif event.type == BUDGET_CHARGED:
+                data = _object(event)
+                for index, dimension in enumerate(COUNTED):
+                    totals[index] += _count(data, dimension.value, f"events[{event.seq}]") or 0
+    except SubagentError as exc:
+        raise SubagentError(ErrorCode.CORRUPT_SESSION, str(exc), field=exc.field) from exc
+    return BudgetRecord(budget, Amounts(*totals))
+
+
+def exhausted_limit(events: Sequence[SessionEvent]) -> Dimension | None:
+    """The limit the last ``turn/end`` names when it ended ``budget-exhausted`` (rule 4)."""
+    for event in reversed(events):
+        if event.type != TURN_END:
+            continue
+        data = event.data
+        if (
+            not isinstance(data, Mapping)
+            or data.get("reason") != TurnEndReason.BUDGET_EXHAUSTED.value
+        ):
+            return None
+        limit = data.get("limit")
+        return next((d for d in DIMENSIONS if d.value == limit), None)
+    return None
+
+
+__all__ = [
+    "BUDGET_CHARGED",
+    "BUDGET_SET",
+    "BudgetRecord",
+    "budget_data",
+    "charged_data",
+    "decode_budget",
+    "exhausted_limit",
+    "fold_budget",
+]
