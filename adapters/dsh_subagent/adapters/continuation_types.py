@@ -29,8 +29,9 @@ Theory of operation
    since and the stop id is still unregistered. A walk extends the remembered walk of the
    agent's header parent and is listed among that walk's dependents; ``departed(agent)``
    (called on ``agent/disposed``) invalidates that agent's walk and, through the
-   dependents, every walk that contains it, and nothing else: each walk is invalidated at
-   most once, so a departure costs O(1) amortized however many walks are remembered. A
+   dependents, every walk that contains it, and nothing else; a walk found stale by its
+   stop id, or replaced, is invalidated the same way, for good. Each walk is invalidated
+   at most once, so a departure costs O(1) amortized however many walks are remembered. A
    start then walks only to the nearest remembered ancestor (its parent, in a chain) and
    adds to that lineage in O(log n). A walk that meets an id twice (a cycle of header
    parents) is taken whole by ``live_lineage`` and not remembered; neither is the walk of
@@ -245,12 +246,20 @@ class Identities:
             base = base.with_member(self.ref(walked))
             if self._agents.get(walked.id) is not walked:
                 continue  # not the registry's agent (only ``parent`` can be): no memory
+            replaced = self._walks.get(walked)
+            if replaced is not None:
+                replaced.invalidate()  # stale: it and the walks built on it
             below = _Walk(base, stop, below)
             self._walks[walked] = below
         return base
 
     def _still_valid(self, walk: _Walk) -> bool:
-        return walk.valid and (walk.stop is None or self._agents.get(walk.stop) is None)
+        """Whether ``walk`` still holds; a stale one is invalidated for good, with the walks
+        built on it (a stop id that leaves again does not make them current)."""
+        if walk.valid and (walk.stop is None or self._agents.get(walk.stop) is None):
+            return True
+        walk.invalidate()
+        return False
 
     def _whole_walk(self, parent: Agent) -> Lineage:
         view = LineageView(self._agents, self)
