@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import sys
 
 import pytest
 
+from dsh_subagent.adapters.continuation_types import Identities, LineageView
 from dsh_subagent.adapters.protocols import ModelRequest, ModelStep
 from dsh_subagent.adapters.reference.scripted_model import reply
 from dsh_subagent.adapters.signals import race_abort
+from dsh_subagent.core.authority import live_lineage
 from dsh_subagent.core.values import SessionId
 from tests.adapters.continuation_harness import FallbackModel, Harness, run, user_texts
 
@@ -106,3 +109,55 @@ def test_tear_3_soak_10000_deep_chain_starts_follows_up_at_the_leaf_and_drains_c
     None
 ):
     _deep_chain_starts_follows_up_at_the_leaf_and_drains_child_first(10_000)
+
+
+class _Header:
+    def __init__(self, parent: str | None) -> None:
+        self.parent_session = parent
+
+
+class _Session:
+    def __init__(self, parent: str | None) -> None:
+        self.header = _Header(parent)
+
+
+class _Agent:
+    """Just what a lineage walk reads: an id and a header parent."""
+
+    def __init__(self, agent_id: str, parent: str | None) -> None:
+        self.id = agent_id
+        self.session = _Session(parent)
+
+
+class _Registry:
+    def __init__(self) -> None:
+        self.agents: dict[str, _Agent] = {}
+
+    def get(self, agent_id: str) -> _Agent | None:
+        return self.agents.get(agent_id)
+
+
+def test_auth_7_remembered_lineage_walks_equal_the_whole_walk_after_any_departures() -> None:
+    """The remembered walks (invalidated per departed agent, not wholesale) always give the
+    lineage a whole walk through the registry gives, header-parent cycles included."""
+    for seed in range(200):
+        rnd = random.Random(seed)
+        registry = _Registry()
+        identities = Identities(registry)  # type: ignore[arg-type]
+        seen: list[_Agent] = []
+        for _ in range(120):
+            roll = rnd.random()
+            if roll < 0.45 or not registry.agents:
+                agent_id = f"a{rnd.randrange(25)}"
+                parent = rnd.choice([None, *(f"a{rnd.randrange(25)}" for _ in range(3))])
+                if agent_id not in registry.agents:
+                    registry.agents[agent_id] = agent = _Agent(agent_id, parent)
+                    seen.append(agent)
+            elif roll < 0.65:
+                gone = registry.agents.pop(rnd.choice(list(registry.agents)))
+                identities.departed(gone)  # type: ignore[arg-type]
+            else:
+                agent = rnd.choice(seen)
+                view = LineageView(registry, identities)  # type: ignore[arg-type]
+                whole = live_lineage(identities.ref(agent), view.header_parents, view)  # type: ignore[arg-type]
+                assert set(identities.lineage(agent)) == set(whole), seed  # type: ignore[arg-type]

@@ -427,7 +427,7 @@ class ContinuationManager:
     def _on_agent_disposed(self, agent: Agent) -> None:
         """A closing root lasts until that exact agent is disposed (TEAR-9); remembered
         lineage walks are stale from now on."""
-        self._identities.departed()
+        self._identities.departed(agent)
         ref = self._identities.known(agent)
         if ref is not None:
             self._engine.dispatch(AgentDisposed(self._engine.event_id(), ref))

@@ -412,10 +412,7 @@ class Creator:
     async def _grant(self, persistence: SessionPersistence, lease: Lease) -> None:
         """Hold a granted lease until the child (or its rollback) gives it up (rule 3)."""
 
-        async def release() -> None:
-            await persistence.release(lease)
-
-        self._leases[lease.session_id] = release
+        self._leases[lease.session_id] = _LeaseRelease(persistence, lease)
         self._mailbox.watch(persistence)
 
     async def _materialize(
@@ -507,6 +504,19 @@ class Creator:
         override = None if sandbox is None else sandbox.override_of(parent.session)
         available = self._services.approval() is not None
         return capture_delegated_policy(override, approval_available=available)
+
+
+class _LeaseRelease:
+    """Gives one granted lease up when called (one slotted object, no closure; rule 3)."""
+
+    __slots__ = ("_lease", "_persistence")
+
+    def __init__(self, persistence: SessionPersistence, lease: Lease) -> None:
+        self._persistence = persistence
+        self._lease = lease
+
+    async def __call__(self) -> None:
+        await self._persistence.release(self._lease)
 
 
 def _seed_with_descriptor(

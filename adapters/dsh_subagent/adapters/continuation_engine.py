@@ -364,22 +364,11 @@ class Engine:
         live = self.children[effect.child_id]
         agent = live.handle.agent
         cid = live.child_id
-
-        def on_claimed(note: InboxNotification) -> None:
-            self.dispatch(MessageClaimed(self.event_id(), cid, note.message.id))
-
-        def on_discarded(note: InboxNotification) -> None:
-            self.dispatch(MessageDiscarded(self.event_id(), cid, note.message.id))
-
-        def on_status(_note: StatusNotification) -> None:
-            busy = agent.status is AgentStatus.RUNNING
-            kind = AgentBecameBusy if busy else AgentBecameIdle
-            self.dispatch(kind(self.event_id(), cid))
-
+        watch = _Watch(self, cid, agent)
         live.unsubscribers = [
-            agent.claimed.subscribe(on_claimed),
-            agent.discarded.subscribe(on_discarded),
-            agent.status_changed.subscribe(on_status),
+            agent.claimed.subscribe(watch.claimed),
+            agent.discarded.subscribe(watch.discarded),
+            agent.status_changed.subscribe(watch.status),
         ]
         live.boundary = agent.session.seq
         assert live.parent_session is not None
@@ -539,6 +528,32 @@ class Engine:
         """Wait until no teardown task is pending (tests and drains)."""
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class _Watch:
+    """The engine's listeners on one child's inbox and status (rule 1): one slotted object
+    and its bound methods, no closures or cells per child."""
+
+    __slots__ = ("_agent", "_child_id", "_engine")
+
+    def __init__(self, engine: Engine, child_id: SessionId, agent: Agent) -> None:
+        self._engine = engine
+        self._child_id = child_id
+        self._agent = agent
+
+    def claimed(self, note: InboxNotification) -> None:
+        engine = self._engine
+        engine.dispatch(MessageClaimed(engine.event_id(), self._child_id, note.message.id))
+
+    def discarded(self, note: InboxNotification) -> None:
+        engine = self._engine
+        engine.dispatch(MessageDiscarded(engine.event_id(), self._child_id, note.message.id))
+
+    def status(self, _note: StatusNotification) -> None:
+        engine = self._engine
+        busy = self._agent.status is AgentStatus.RUNNING
+        kind = AgentBecameBusy if busy else AgentBecameIdle
+        engine.dispatch(kind(engine.event_id(), self._child_id))
 
 
 async def release_lease(live: LiveChild) -> None:

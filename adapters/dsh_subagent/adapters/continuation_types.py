@@ -25,11 +25,17 @@ Theory of operation
 5. A start needs its parent's live lineage (AUTH-7): along a chain that walk is O(depth)
    per start. ``Identities.lineage`` remembers each agent's walk (a persistent
    ``Lineage``, weakly per agent object) with the id it stopped at, and reuses it while it
-   is still the walk the registry would give: no agent has left the registry since
-   (``departed``, called on ``agent/disposed``, counts departures) and the stop id is
-   still unregistered. A start then walks only to the nearest remembered ancestor (its
-   parent, in a chain) and adds to that lineage in O(log n). A walk that meets an id twice
-   (a cycle of header parents) is taken whole by ``live_lineage`` and not remembered.
+   is still the walk the registry would give: none of its members has left the registry
+   since and the stop id is still unregistered. A walk extends the remembered walk of the
+   agent's header parent and is listed among that walk's dependents; ``departed(agent)``
+   (called on ``agent/disposed``) invalidates that agent's walk and, through the
+   dependents, every walk that contains it, and nothing else; a walk found stale by its
+   stop id, or replaced, is invalidated the same way, for good. Each walk is invalidated
+   at most once, so a departure costs O(1) amortized however many walks are remembered. A
+   start then walks only to the nearest remembered ancestor (its parent, in a chain) and
+   adds to that lineage in O(log n). A walk that meets an id twice (a cycle of header
+   parents) is taken whole by ``live_lineage`` and not remembered; neither is the walk of
+   an agent object the registry does not hold (its departure would not be reported).
 """
 
 from __future__ import annotations
@@ -168,7 +174,6 @@ class Identities:
         self._next = itertools.count(1)
         self._grants: weakref.WeakSet[UserGrant] = weakref.WeakSet()
         self._walks: weakref.WeakKeyDictionary[object, _Walk] = weakref.WeakKeyDictionary()
-        self._departures = 0
 
     def ref(self, agent: Agent) -> AgentRef:
         """This agent object's ``AgentRef``, minting its token on first sight."""
@@ -210,16 +215,19 @@ class Identities:
             return UserAuthority(self.genuine(authority))
         raise refuse_authority("ParentAgent or a UserGrant")
 
-    def departed(self) -> None:
-        """An agent left the registry: every remembered walk may have changed (rule 5)."""
-        self._departures += 1
+    def departed(self, agent: Agent) -> None:
+        """``agent`` left the registry: its remembered walk and every walk built on it are
+        stale from now on, no other (rule 5)."""
+        walk = self._walks.pop(agent, None)
+        if walk is not None:
+            walk.invalidate()
 
     def lineage(self, parent: Agent) -> Lineage:
         """The parent's live lineage through the registry (AUTH-7), reusing the nearest
         remembered walk (rule 5): O(log n) per start along a chain, not O(depth)."""
         path: list[Agent] = []  # walked agents with no usable memory, parent first
         seen: set[SessionId] = set()
-        agent, base, stop = parent, EMPTY_LINEAGE, None
+        agent, base, stop, below = parent, EMPTY_LINEAGE, None, None
         while (walk := self._walks.get(agent)) is None or not self._still_valid(walk):
             path.append(agent)
             seen.add(agent.id)
@@ -234,34 +242,64 @@ class Identities:
                 break
             agent = found
         else:
-            base, stop = walk.lineage, walk.stop
+            base, stop, below = walk.lineage, walk.stop, walk
             for walked in path:  # the remembered walk must not meet this one's ids again
                 current = self._agents.get(walked.id)
                 if current is not None and self.ref(current) in base:
                     return self._whole_walk(parent)
         for walked in reversed(path):
             base = base.with_member(self.ref(walked))
-            self._walks[walked] = _Walk(base, stop, self._departures)
+            if self._agents.get(walked.id) is not walked:
+                continue  # not the registry's agent (only ``parent`` can be): no memory
+            replaced = self._walks.get(walked)
+            if replaced is not None:
+                replaced.invalidate()  # stale: it and the walks built on it
+            below = _Walk(base, stop, below)
+            self._walks[walked] = below
         return base
 
     def _still_valid(self, walk: _Walk) -> bool:
-        if walk.departures != self._departures:
-            return False
-        return walk.stop is None or self._agents.get(walk.stop) is None
+        """Whether ``walk`` still holds; a stale one is invalidated for good, with the walks
+        built on it (a stop id that leaves again does not make them current)."""
+        if walk.valid and (walk.stop is None or self._agents.get(walk.stop) is None):
+            return True
+        walk.invalidate()
+        return False
 
     def _whole_walk(self, parent: Agent) -> Lineage:
         view = LineageView(self._agents, self)
         return live_lineage(self.ref(parent), view.header_parents, view)
 
 
-@attrs.frozen
 class _Walk:
     """One remembered lineage walk: its result, the unregistered id it stopped at (None: a
-    root), and the departure count it was taken at (rule 5)."""
+    root), whether it still holds, and the walks built on it (rule 5)."""
 
-    lineage: Lineage
-    stop: SessionId | None
-    departures: int
+    __slots__ = ("_base", "_dependents", "lineage", "stop", "valid")
+
+    def __init__(self, lineage: Lineage, stop: SessionId | None, base: _Walk | None) -> None:
+        self.lineage = lineage
+        self.stop = stop
+        self.valid = True
+        self._base = base
+        self._dependents: dict[_Walk, None] | None = None
+        if base is not None:
+            if base._dependents is None:
+                base._dependents = {}
+            base._dependents[self] = None
+
+    def invalidate(self) -> None:
+        """This walk and every walk built on it no longer hold (each one is visited once)."""
+        stale = [self]
+        while stale:
+            walk = stale.pop()
+            walk.valid = False
+            base, walk._base = walk._base, None
+            if base is not None and base._dependents is not None:
+                base._dependents.pop(walk, None)
+            dependents, walk._dependents = walk._dependents, None
+            if dependents:
+                stale.extend(dependents)
 
 
 class LineageView(Mapping[SessionId, AgentRef]):

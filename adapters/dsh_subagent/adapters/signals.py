@@ -198,16 +198,11 @@ async def race_abort(operation: Awaitable[T], signal: AbortSignal | None) -> T:
         task.cancel()
         signal.throw_if_aborted()
     # One waiter, woken by whichever comes first: the operation finishing or the abort.
-    waiter = asyncio.get_running_loop().create_future()
-
-    def wake(_: object) -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
+    wake = _Wake(asyncio.get_running_loop().create_future())
     task.add_done_callback(wake)
     remove = signal.add_listener(wake)
     try:
-        await waiter
+        await wake.waiter
     finally:
         remove()
         task.remove_done_callback(wake)
@@ -234,25 +229,50 @@ async def abortable(operation: Awaitable[T], signal: AbortSignal) -> T:
         signal.throw_if_aborted()
     task = asyncio.current_task()
     assert task is not None, "abortable() runs inside a task"
-    state = {"waiting": True, "cancelled": False}
-
-    def cancel_if_waiting() -> None:
-        if state["waiting"]:
-            state["cancelled"] = True
-            task.cancel()
-
-    remove = signal.add_listener(
-        lambda _reason: asyncio.get_running_loop().call_soon(cancel_if_waiting)
-    )
+    canceller = _CancelWhileWaiting(task)
+    remove = signal.add_listener(canceller)
     try:
         return await operation
     except asyncio.CancelledError:
-        if state["cancelled"] and task.uncancel() == 0:
+        if canceller.cancelled and task.uncancel() == 0:
             signal.throw_if_aborted()  # ours alone: the abort, not an outer cancellation
         raise
     finally:
-        state["waiting"] = False
+        canceller.waiting = False
         remove()
+
+
+class _Wake:
+    """``race_abort``'s one waiter and its wake-up, as one slotted callable (no closure)."""
+
+    __slots__ = ("waiter",)
+
+    def __init__(self, waiter: asyncio.Future[None]) -> None:
+        self.waiter = waiter
+
+    def __call__(self, _: object) -> None:
+        if not self.waiter.done():
+            self.waiter.set_result(None)
+
+
+class _CancelWhileWaiting:
+    """``abortable``'s abort listener: cancels the task from the loop, one callback later,
+    while it still awaits the operation (one slotted object, no closures or cells)."""
+
+    __slots__ = ("_task", "cancelled", "waiting")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self._task = task
+        self.waiting = True
+        self.cancelled = False
+
+    def __call__(self, _reason: object) -> None:
+        asyncio.get_running_loop().call_soon(self._cancel)
+
+    def _cancel(self) -> None:
+        if self.waiting:
+            self.cancelled = True
+            self._task.cancel()
 
 
 class Scope:

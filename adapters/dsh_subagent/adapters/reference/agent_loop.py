@@ -133,11 +133,20 @@ def _corrupt(seq: int, why: str) -> SubagentError:
 
 
 class _Inbox:
-    """The two pending lists, mutated only through durable splices (HARNESS-10)."""
+    """The two pending lists, mutated only through durable splices (HARNESS-10).
 
-    def __init__(self, session: Session, notify: Callable[[str, UserMessage, int | None], None]):
+    It holds the agent's three inbox emitters, never the agent: no reference cycle, so a
+    disposed agent and its log are freed by reference counting, not by the cyclic GC."""
+
+    def __init__(
+        self,
+        session: Session,
+        inserted: Emitter[InboxNotification],
+        claimed: Emitter[InboxNotification],
+        discarded: Emitter[InboxNotification],
+    ):
         self._session = session
-        self._notify = notify
+        self._inserted, self._claimed, self._discarded = inserted, claimed, discarded
         self._lists: dict[InboxTarget, list[UserMessage]] = {t: [] for t in InboxTarget}
         self._where: dict[MessageId, InboxTarget] = {}  # every pending id, for O(1) checks
         for event in session.events[session.header.seed_length or 0 :]:
@@ -225,10 +234,15 @@ class _Inbox:
         )
         removed = self._apply(target, start, count, inserted)
         for message in removed if canceled else ():
-            self._notify("discarded", message, None)
+            self._notify(self._discarded, message, None)
         for message in inserted:
-            self._notify("inserted", message, None)
+            self._notify(self._inserted, message, None)
         return removed
+
+    def _notify(
+        self, emitter: Emitter[InboxNotification], message: UserMessage, turn: int | None
+    ) -> None:
+        emitter.emit(InboxNotification(self._session.id, message, turn))
 
     def claim(self, with_turn: bool, turn: int) -> tuple[UserMessage, ...]:
         """Remove the step's batch: all next-step input, plus one next-turn item if asked."""
@@ -237,7 +251,7 @@ class _Inbox:
         if with_turn:
             claimed += self.splice(InboxTarget.NEXT_TURN, 0, 1, canceled=False)
         for message in claimed:
-            self._notify("claimed", message, turn)
+            self._notify(self._claimed, message, turn)
         return tuple(claimed)
 
     def clear(self) -> None:
@@ -296,7 +310,7 @@ class ReferenceAgent:
         self.discarded: Emitter[InboxNotification] = Emitter("agent/inbox/discarded")
         self.status_changed: Emitter[StatusNotification] = Emitter("agent/status")
         self.step_entering: Emitter[StepEntering] = Emitter("agent/step-entering")
-        self._inbox = _Inbox(session, self._notify)
+        self._inbox = _Inbox(session, self.inserted, self.claimed, self.discarded)
         self._state = activity.ActivityState()
         self._turn_number = _last_turn(session)
         self._abort: AbortController | None = None  # the current activity's (or the last one's)
@@ -336,10 +350,6 @@ class ReferenceAgent:
 
     def pending(self) -> tuple[MessageId, ...]:
         return tuple(m.id for m in (*self.next_step, *self.next_turn))
-
-    def _notify(self, kind: str, message: UserMessage, turn: int | None) -> None:
-        emitter = {"inserted": self.inserted, "claimed": self.claimed}.get(kind, self.discarded)
-        emitter.emit(InboxNotification(self.id, message, turn))
 
     def _dispatch(
         self, event: ActivityEvent, message: UserMessage | None = None

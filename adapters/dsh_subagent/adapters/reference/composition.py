@@ -61,12 +61,7 @@ class PromptComposer:
             raise invalid("name", f"{name!r} is already registered in this scope")
         part = PromptPart(name, order, text)
         parts[name] = part
-
-        def remove() -> None:
-            if parts.get(name) is part:
-                del parts[name]
-
-        return remove
+        return _Removal(parts, part)
 
     def _merged(
         self, parts_of: Callable[[PromptComposer], dict[str, PromptPart]]
@@ -78,6 +73,21 @@ class PromptComposer:
                 merged.setdefault(name, part)
             scope = scope.parent
         return tuple(sorted(merged.values(), key=lambda part: (part.order, part.name)))
+
+
+class _Removal:
+    """The disposer of one registered part: removes it if it is still the registered one
+    (one slotted object per part, no closure and cells)."""
+
+    __slots__ = ("_part", "_parts")
+
+    def __init__(self, parts: dict[str, PromptPart], part: PromptPart) -> None:
+        self._parts = parts
+        self._part = part
+
+    def __call__(self) -> None:
+        if self._parts.get(self._part.name) is self._part:
+            del self._parts[self._part.name]
 
 
 __all__ = ["PromptComposer", "PromptPart"]

@@ -487,7 +487,7 @@ class PersistenceBinding:
             return
         log = self._log_of(session)
         if log.unobserve is None:
-            log.unobserve = session.observe(lambda _event: self._grew(session, log))
+            log.unobserve = session.observe(_Grew(self, session, log))
 
     def _grew(self, session: LiveSession, log: _Log) -> None:
         if log.timer is not None or log.queued is not None or log.stored is None:
@@ -511,6 +511,21 @@ class PersistenceBinding:
         log = self._logs.get(session)
         if log is not None:
             log.quiet()
+
+
+class _Grew:
+    """The observer of one announced session: ``_grew`` on each append (one slotted object
+    per session, no closure and cells)."""
+
+    __slots__ = ("_binding", "_log", "_session")
+
+    def __init__(self, binding: PersistenceBinding, session: LiveSession, log: _Log) -> None:
+        self._binding = binding
+        self._session = session
+        self._log = log
+
+    def __call__(self, _event: SessionEvent) -> None:
+        self._binding._grew(self._session, self._log)
 
 
 @attrs.define(eq=False)
