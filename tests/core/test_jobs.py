@@ -155,10 +155,27 @@ def test_bg_31_first_settlement_wins() -> None:
     assert apply(state, CancelReturned(E, job)) == (state, ())
 
 
+def test_bg_31_a_producer_settled_job_refuses_a_second_settlement() -> None:
+    """A producer settles once: only a force-failed job still takes its producer's settlement."""
+    for status in (JobStatus.COMPLETED, JobStatus.KILLED):
+        state = in_phase(status)
+        for again in SETTLEMENT_OF.values():
+            with pytest.raises(SubagentError) as caught:
+                apply(state, again(E, "work-1", 3.0, "late"))
+            assert caught.value.code is ErrorCode.ILLEGAL_TRANSITION
+        assert apply(state, CancelRaised(E, "work-1", "e", 3.0)) == (state, ())
+    state, job = started(JobsState())
+    state, _ = apply(state, CancelRaised(E, job, "boom", 2.0))  # force-failed, producer owed
+    for late in SETTLEMENT_OF.values():
+        assert apply(state, late(E, job, 3.0, "late")) == (state, ())
+
+
 def test_bg_31_the_status_table_covers_every_phase() -> None:
     phases = [ABSENT, *JobStatus]
     assert {phase for phase, _ in TRANSITIONS} == set(phases)
-    assert all(TRANSITIONS[(done, JobCompleted)] is done for done in TERMINAL)
+    assert all(
+        TRANSITIONS[(JobStatus.FAILED, s)] is JobStatus.FAILED for s in SETTLEMENT_OF.values()
+    )
     assert {TRANSITIONS[(done, OwnerReleased)] for done in TERMINAL} == {ABSENT}
     assert not any((live, OwnerReleased) in TRANSITIONS for live in LIVE)
 

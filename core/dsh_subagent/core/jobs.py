@@ -14,7 +14,10 @@ Theory of operation
    ``JobStarted`` allocate ``<kind>-<n>`` (a per-kind counter from 1, never reused, BG-4) and
    ask the performer to ``WatchProducer`` (BG-2, BG-3).
 3. Status (BG-31): ``running`` -> optional ``stopping`` -> one of ``completed`` | ``killed`` |
-   ``failed``. The first settlement wins; a later one is a legal no-op.
+   ``failed``. The first settlement wins. A producer settles once, so a second settlement of a
+   ``completed`` or ``killed`` job (settled by its producer) is refused; only a ``failed`` job,
+   which a raising teardown cancel may have force-failed (rule 6), still takes its producer's
+   settlement, as a no-op. A late ``CancelRaised`` or ``CancelReturned`` is a no-op too.
 4. A kill (BG-35) asks for ``CancelProducer`` and changes nothing else until the producer's
    cancel returned (``CancelReturned``: ``stopping``, reported); a raising cancel leaves the
    job as it was. A finished job is only marked reported.
@@ -414,7 +417,8 @@ TRANSITIONS: Final[Mapping[tuple[JobPhase, type[JobEvent]], JobPhase]] = {
     **{(live, event): status for live in LIVE for event, status in _SETTLEMENTS.items()},
     **{(live, CancelRaised): _S.FAILED for live in LIVE},
     **{(live, CancelReturned): _S.STOPPING for live in LIVE},
-    **{(done, event): done for done in TERMINAL for event in (*_SETTLEMENTS, CancelRaised)},
+    **{(_S.FAILED, event): _S.FAILED for event in _SETTLEMENTS},  # force-failed (rule 3)
+    **{(done, CancelRaised): done for done in TERMINAL},
     **{(done, CancelReturned): done for done in TERMINAL},
     **{(phase, KillRequested): phase for phase in JobStatus},
     **{(phase, OutputRead): phase for phase in JobStatus},
@@ -470,7 +474,7 @@ def _settled(
     state: JobsState, job: JobState, event: SettlementEvent | CancelRaised, target: JobStatus
 ) -> Result:
     if job.status in TERMINAL:
-        return state, ()  # the first settlement wins
+        return state, ()  # the first settlement wins (the table admits only the no-ops)
     cause = event.event_id
     detail: str | None
     if isinstance(event, CancelRaised):

@@ -319,22 +319,11 @@ class JobChart(StateChart[object]):
 
     # The starter returned: the id is allocated and the job runs (BG-2, BG-4).
     JobStarted = absent.to(_.RUNNING)
-    # The first settlement wins; a later one changes nothing (BG-31).
-    JobCompleted = (
-        _.RUNNING.to(_.COMPLETED)
-        | _.STOPPING.to(_.COMPLETED)
-        | _self_loops(_.COMPLETED, _.KILLED, _.FAILED)
-    )
-    JobKilled = (
-        _.RUNNING.to(_.KILLED)
-        | _.STOPPING.to(_.KILLED)
-        | _self_loops(_.COMPLETED, _.KILLED, _.FAILED)
-    )
-    JobFailed = (
-        _.RUNNING.to(_.FAILED)
-        | _.STOPPING.to(_.FAILED)
-        | _self_loops(_.COMPLETED, _.KILLED, _.FAILED)
-    )
+    # The first settlement wins (BG-31). A producer settles once: only a force-failed job (a
+    # raising teardown cancel, below) still sees its producer settle, and nothing changes.
+    JobCompleted = _.RUNNING.to(_.COMPLETED) | _.STOPPING.to(_.COMPLETED) | _.FAILED.to.itself()
+    JobKilled = _.RUNNING.to(_.KILLED) | _.STOPPING.to(_.KILLED) | _.FAILED.to.itself()
+    JobFailed = _.RUNNING.to(_.FAILED) | _.STOPPING.to(_.FAILED) | _.FAILED.to.itself()
     # A teardown cancel that raised force-fails a live job (BG-39).
     CancelRaised = (
         _.RUNNING.to(_.FAILED)

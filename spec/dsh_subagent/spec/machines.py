@@ -5,7 +5,8 @@ spec's charts. This module needs Hypothesis (a development / ``verify`` extra de
 
 Hypothesis draws event sequences (rules are named after the events); after every step:
 - the core's phase change of every child must be a path in ``ActivationChart`` — the applied
-  event (for its child) followed by state-triggered edges — and the chart instance, driven
+  event (for its child) followed by state-triggered edges (``modelcheck.chart_path``, the one
+  path finder the exhaustive search uses too) — and the chart instance, driven
   along that path, must land where the core did; an event the core refuses as illegal must
   have no edge in the chart;
 - every state and trace invariant of ``dsh_subagent.spec.invariants`` must hold;
@@ -38,41 +39,12 @@ from dsh_subagent.core.authority import (
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.manager import ManagerState, apply
+from dsh_subagent.core.manager import events as ev
 from dsh_subagent.core.manager.effects import Reject
-from dsh_subagent.core.manager.events import (
-    AgentBecameBusy,
-    AgentBecameIdle,
-    AgentDisposed,
-    ChildEvent,
-    ChildIdReserved,
-    ChildMaterialized,
-    ChildPrepared,
-    ColdResumeStarted,
-    DescendantsOf,
-    DescriptorSnapshotted,
-    DisposalFinished,
-    DrainRequested,
-    Event,
-    FlushReported,
-    FollowupRequested,
-    InterruptRequested,
-    LeaseAcquired,
-    LeaseRefused,
-    MessageAccepted,
-    MessageClaimed,
-    MessageDiscarded,
-    Phase,
-    ReportDelivery,
-    ReportRequested,
-    SelectedChildren,
-    StartRolledBack,
-    Trigger,
-    WholeManager,
-)
 from dsh_subagent.core.notices import EpochOutcome
 from dsh_subagent.core.teardown import FlushOutcome
 from dsh_subagent.core.values import EventId, KnownStop, MessageId, RunId, SessionId
-from dsh_subagent.spec.charts import ActivationChart, edges
+from dsh_subagent.spec.charts import ActivationChart
 from dsh_subagent.spec.invariants import (
     STATE_INVARIANTS,
     TRACE_INVARIANTS,
@@ -81,30 +53,12 @@ from dsh_subagent.spec.invariants import (
     check_trace,
     inbox_violations,
 )
+from dsh_subagent.spec.modelcheck import CHART_EDGES, ROOT, chart_path
 
-CHART_EDGES = edges(ActivationChart)
 INBOX = "INV-INBOX-1"
-TRIGGERED = frozenset(trigger.value for trigger in Trigger)
-ROOT = AgentRef(SessionId("root"), 1)
 CHILD_NAMES = [SessionId(n) for n in ("a", "b", "c", "d")]
 MESSAGES = st.sampled_from(["m1", "m2", "m3"]).map(MessageId)
 STOPS = st.sampled_from(list(KnownStop))
-
-
-def _path(old: Phase, new: Phase, first: str | None) -> list[str] | None:
-    """Shortest chart path old -> new: ``first`` (if given) then state-triggered edges."""
-    starts = [([first], t) for s, e, t in CHART_EDGES if s is old and e == first] if first else []
-    frontier = starts or [([], old)]
-    seen = set()
-    while frontier:
-        names, phase = frontier.pop(0)
-        if phase is new and (first is None or names):
-            return names
-        if phase in seen:
-            continue
-        seen.add(phase)
-        frontier += [([*names, e], t) for s, e, t in CHART_EDGES if s is phase and e in TRIGGERED]
-    return None
 
 
 class CoreMachine(RuleBasedStateMachine):
@@ -142,11 +96,11 @@ class CoreMachine(RuleBasedStateMachine):
     def _eid(self) -> EventId:
         return EventId(f"e{next(self.ids)}")
 
-    def _phase(self, state: ManagerState, child: SessionId) -> Phase:
+    def _phase(self, state: ManagerState, child: SessionId) -> ev.Phase:
         record = state.activations.get(child)
-        return Phase.ABSENT if record is None else record.phase
+        return ev.Phase.ABSENT if record is None else record.phase
 
-    def _apply(self, event: Event) -> None:
+    def _apply(self, event: ev.Event) -> None:
         subject = getattr(event, "child_id", None)
         name = type(event).__name__
         try:
@@ -169,18 +123,18 @@ class CoreMachine(RuleBasedStateMachine):
             first = name if child == subject else None
             if first is None and old is new:
                 continue
-            path = _path(old, new, first)
+            path = chart_path(old, new, first)
             assert path is not None, f"{child}: {old} -> {new} on {name} is not in the chart"
             chart = self.charts.setdefault(child, ActivationChart())
             assert chart.current_state_value is old
-            for step in path:
+            for _, step, _ in path:
                 chart.send(step, admission_lost=lost)
             assert chart.current_state_value is new
         self._follow_inboxes(event, after)
         self.trace.append(TraceStep(event, effects, self.state, after))
         self.state = after
 
-    def _follow_inboxes(self, event: Event, after: ManagerState) -> None:
+    def _follow_inboxes(self, event: ev.Event, after: ManagerState) -> None:
         """Extend each child's ledger with how its ``accepted`` set changed (INV-INBOX-1)."""
         left = {"MessageClaimed": "claimed"}.get(type(event).__name__, "discarded")
         for child in {*self.state.activations, *after.activations}:
@@ -193,7 +147,7 @@ class CoreMachine(RuleBasedStateMachine):
                 self.arrivals[child, m] += 1
             ledger += [("inserted", self._arrival(child, m)) for m in sorted(now - before)]
             if new is None:  # the record went away: its ledger closes, nothing may be pending
-                if isinstance(event, DisposalFinished):
+                if isinstance(event, ev.DisposalFinished):
                     ledger += [("discarded", self._arrival(child, m)) for m in sorted(before)]
                 problems = inbox_violations(ledger, complete=True)
                 self.inbox_problems += [f"{child}: {p}" for p in problems]
@@ -209,22 +163,22 @@ class CoreMachine(RuleBasedStateMachine):
 
     @rule(target=children, name=st.sampled_from(CHILD_NAMES))
     def reserve(self, name: SessionId) -> SessionId:
-        self._apply(ChildIdReserved(self._eid(), name, ROOT))
+        self._apply(ev.ChildIdReserved(self._eid(), name, ROOT))
         return name
 
     @rule(target=children, name=st.sampled_from(CHILD_NAMES))
     def cold_resume(self, name: SessionId) -> SessionId:
-        self._apply(ColdResumeStarted(self._eid(), name, ROOT.session_id))
+        self._apply(ev.ColdResumeStarted(self._eid(), name, ROOT.session_id))
         self.LeaseAcquired(name)
         return name
 
     @rule(child=subjects)
     def LeaseAcquired(self, child: SessionId) -> None:
-        self._apply(LeaseAcquired(self._eid(), child, next(self.ids)))
+        self._apply(ev.LeaseAcquired(self._eid(), child, next(self.ids)))
 
     @rule(child=subjects)
     def LeaseRefused(self, child: SessionId) -> None:
-        self._apply(LeaseRefused(self._eid(), child, "another harness"))
+        self._apply(ev.LeaseRefused(self._eid(), child, "another harness"))
 
     @rule(target=agents, name=st.sampled_from(CHILD_NAMES), parent=st.none() | agents)
     def start_resident(self, name: SessionId, parent: AgentRef | None) -> AgentRef:
@@ -236,20 +190,20 @@ class CoreMachine(RuleBasedStateMachine):
         ref = AgentRef(name, next(self.tokens))
         message = MessageId(f"m-{next(self.ids)}")
         for event in (
-            ChildIdReserved(self._eid(), name, owner),
-            DescriptorSnapshotted(self._eid(), name),
-            ChildPrepared(self._eid(), name),
-            ChildMaterialized(
+            ev.ChildIdReserved(self._eid(), name, owner),
+            ev.DescriptorSnapshotted(self._eid(), name),
+            ev.ChildPrepared(self._eid(), name),
+            ev.ChildMaterialized(
                 self._eid(),
                 name,
                 RunId(f"run-{next(self.ids)}"),
                 ref,
                 frozenset({ref, owner, ROOT}),
             ),
-            FollowupRequested(
+            ev.FollowupRequested(
                 self._eid(), name, message, ParentAuthority(Presented(owner, owner.token))
             ),
-            MessageAccepted(self._eid(), name, message),
+            ev.MessageAccepted(self._eid(), name, message),
         ):
             self._apply(event)
         return ref
@@ -270,27 +224,27 @@ class CoreMachine(RuleBasedStateMachine):
         """The child claims everything it was sent and goes idle."""
         record = self.state.activations.get(child)
         for message in sorted(record.accepted) if record else []:
-            self._apply(MessageClaimed(self._eid(), child, message))
-        self._apply(AgentBecameIdle(self._eid(), child))
+            self._apply(ev.MessageClaimed(self._eid(), child, message))
+        self._apply(ev.AgentBecameIdle(self._eid(), child))
 
     @rule(child=subjects)
     def DescriptorSnapshotted(self, child: SessionId) -> None:
-        self._apply(DescriptorSnapshotted(self._eid(), child))
+        self._apply(ev.DescriptorSnapshotted(self._eid(), child))
 
     @rule(child=subjects)
     def ChildPrepared(self, child: SessionId) -> None:
-        self._apply(ChildPrepared(self._eid(), child))
+        self._apply(ev.ChildPrepared(self._eid(), child))
 
     @rule(target=agents, child=children)
     def ChildMaterialized(self, child: SessionId) -> AgentRef:
         ref = AgentRef(child, next(self.tokens))
         run = RunId(f"run-{next(self.ids)}")
-        self._apply(ChildMaterialized(self._eid(), child, run, ref, frozenset({ref, ROOT})))
+        self._apply(ev.ChildMaterialized(self._eid(), child, run, ref, frozenset({ref, ROOT})))
         return ref
 
     @rule(child=subjects, handle=st.booleans())
     def StartRolledBack(self, child: SessionId, handle: bool) -> None:
-        self._apply(StartRolledBack(self._eid(), child, handle))
+        self._apply(ev.StartRolledBack(self._eid(), child, handle))
 
     @rule(child=subjects, message=MESSAGES, stale=st.booleans(), user=st.booleans())
     def FollowupRequested(
@@ -301,58 +255,60 @@ class CoreMachine(RuleBasedStateMachine):
             if user
             else ParentAuthority(Presented(ROOT, None if stale else ROOT.token))
         )
-        self._apply(FollowupRequested(self._eid(), child, message, authority))
+        self._apply(ev.FollowupRequested(self._eid(), child, message, authority))
 
     @rule(child=subjects, message=MESSAGES)
     def MessageAccepted(self, child: SessionId, message: MessageId) -> None:
-        self._apply(MessageAccepted(self._eid(), child, message))
+        self._apply(ev.MessageAccepted(self._eid(), child, message))
 
     @rule(child=subjects, message=MESSAGES, claimed=st.booleans())
     def MessageLeft(self, child: SessionId, message: MessageId, claimed: bool) -> None:
-        kind = MessageClaimed if claimed else MessageDiscarded
+        kind = ev.MessageClaimed if claimed else ev.MessageDiscarded
         self._apply(kind(self._eid(), child, message))
 
     @rule(child=subjects, busy=st.booleans())
     def AgentStatusChanged(self, child: SessionId, busy: bool) -> None:
-        self._apply((AgentBecameBusy if busy else AgentBecameIdle)(self._eid(), child))
+        self._apply((ev.AgentBecameBusy if busy else ev.AgentBecameIdle)(self._eid(), child))
 
     @rule(child=subjects, outcome=st.sampled_from(list(FlushOutcome)))
     def FlushReported(self, child: SessionId, outcome: FlushOutcome) -> None:
-        self._apply(FlushReported(self._eid(), child, outcome))
+        self._apply(ev.FlushReported(self._eid(), child, outcome))
 
     @rule(child=subjects, stop=STOPS)
     def DisposalFinished(self, child: SessionId, stop: KnownStop) -> None:
         notice = MessageId(f"notice-{next(self.ids)}")
-        self._apply(DisposalFinished(self._eid(), child, EpochOutcome(stop), notice))
+        self._apply(ev.DisposalFinished(self._eid(), child, EpochOutcome(stop), notice))
 
     @rule(child=subjects, caller=agents)
     def InterruptRequested(self, child: SessionId, caller: AgentRef) -> None:
         authority = AncestorInterrupt(Presented(caller, caller.token))
-        self._apply(InterruptRequested(self._eid(), child, authority))
+        self._apply(ev.InterruptRequested(self._eid(), child, authority))
 
-    @rule(sender=agents, message=MESSAGES, delivery=st.sampled_from(list(ReportDelivery)))
+    @rule(sender=agents, message=MESSAGES, delivery=st.sampled_from(list(ev.ReportDelivery)))
     def ReportRequested(
-        self, sender: AgentRef, message: MessageId, delivery: ReportDelivery
+        self, sender: AgentRef, message: MessageId, delivery: ev.ReportDelivery
     ) -> None:
-        self._apply(ReportRequested(self._eid(), sender, message, delivery))
+        self._apply(ev.ReportRequested(self._eid(), sender, message, delivery))
 
     @rule(root=agents)
     def DrainDescendants(self, root: AgentRef) -> None:
-        self._apply(DrainRequested(self._eid(), DescendantsOf((Presented(root, root.token),))))
+        self._apply(
+            ev.DrainRequested(self._eid(), ev.DescendantsOf((Presented(root, root.token),)))
+        )
 
     @rule(child=subjects)
     def DrainChildren(self, child: SessionId) -> None:
-        scope = SelectedChildren(Presented(ROOT, ROOT.token), (child,))
-        self._apply(DrainRequested(self._eid(), scope))
+        scope = ev.SelectedChildren(Presented(ROOT, ROOT.token), (child,))
+        self._apply(ev.DrainRequested(self._eid(), scope))
 
     @rule(agent=agents)
     def AgentDisposed(self, agent: AgentRef) -> None:
-        self._apply(AgentDisposed(self._eid(), agent))
+        self._apply(ev.AgentDisposed(self._eid(), agent))
 
     @rule()
     def drain_to_completion(self) -> None:
         """Close admission, dispose everything child-first, then check the obligations."""
-        self._apply(DrainRequested(self._eid(), WholeManager()))
+        self._apply(ev.DrainRequested(self._eid(), ev.WholeManager()))
         for _ in range(8 * len(CHILD_NAMES)):
             pending = [(c, r.phase) for c, r in self.state.activations.items()]
             if not pending:
@@ -363,19 +319,19 @@ class CoreMachine(RuleBasedStateMachine):
         assert not list(self.state.activations), "drain left records behind"
         self._check(complete=True)
 
-    def _finishers(self, child: SessionId, phase: Phase) -> list[Event]:
-        if phase is Phase.FLUSHING:
-            return [FlushReported(self._eid(), child, FlushOutcome.OK)]
-        if phase is Phase.RELEASING:
+    def _finishers(self, child: SessionId, phase: ev.Phase) -> list[ev.Event]:
+        if phase is ev.Phase.FLUSHING:
+            return [ev.FlushReported(self._eid(), child, FlushOutcome.OK)]
+        if phase is ev.Phase.RELEASING:
             outcome = EpochOutcome(KnownStop.ABORTED)
             notice = MessageId(f"notice-{next(self.ids)}")
-            return [DisposalFinished(self._eid(), child, outcome, notice)]
-        if phase is Phase.DISPOSING:
+            return [ev.DisposalFinished(self._eid(), child, outcome, notice)]
+        if phase is ev.Phase.DISPOSING:
             record = self.state.activations.get(child)
             accepted = sorted(record.accepted) if record else []
-            return [MessageDiscarded(self._eid(), child, m) for m in accepted]
-        unpublished: ChildEvent = StartRolledBack(self._eid(), child, False)
-        return [unpublished] if phase is not Phase.MATERIALIZED else []
+            return [ev.MessageDiscarded(self._eid(), child, m) for m in accepted]
+        unpublished: ev.ChildEvent = ev.StartRolledBack(self._eid(), child, False)
+        return [unpublished] if phase is not ev.Phase.MATERIALIZED else []
 
     # ------------------------------------------------------------------ invariants
 

@@ -8,7 +8,8 @@ Theory of operation
    is in ``manager.TRANSITIONS`` (anything else raises ``ILLEGAL_TRANSITION`` and changes
    nothing), plus the manager-wide events: interrupts, reports, drains of each kind, disposals.
    Data carried by events (agent tokens, lineages, run and notice ids) is derived from the
-   state, so the vocabulary stays finite; the event vocabulary is that of ``spec.machines``.
+   state, so the vocabulary stays finite; the event vocabulary is that of ``spec.machines``,
+   which takes its chart edges, root agent and chart path (``chart_path``) from here.
 2. The search state is the core's ``ManagerState`` plus a minimal harness ``Env``: per child,
    the accounted ids sent but not yet answered (``pending``) and those in its inbox
    (``inbox``). The harness contract the alphabet keeps: a send is answered (accepted or
