@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -41,3 +42,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _default))
 
 # The throwaway PostgreSQL cluster's fixtures (postgres_cluster, postgres_db).
 pytest_plugins = ("dsh_subagent.testing.postgres",)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print what the model-checking tests recorded (state counts, planted bugs' shortest
+    traces) after the run: ``record_property("model check", text)`` survives xdist workers."""
+    lines = [
+        str(value)
+        for report in terminalreporter.stats.get("passed", [])
+        for name, value in getattr(report, "user_properties", ())
+        if name == "model check"
+    ]
+    if lines:
+        terminalreporter.write_sep("-", "model checks")
+        for line in sorted(lines):
+            terminalreporter.write_line(line)

@@ -33,7 +33,16 @@ from dsh_subagent.core.values import SessionId
 from dsh_subagent.spec import modelcheck
 from dsh_subagent.spec.bfs import Result, search
 from dsh_subagent.spec.invariants import STATE_INVARIANTS, check_trace
-from dsh_subagent.spec.modelcheck import SCOPES, Scope, explore, format_trace, replay
+from dsh_subagent.spec.modelcheck import (
+    SCOPES,
+    Scope,
+    explore,
+    format_trace,
+    replay,
+    trace_text,
+)
+
+REPORT = "model check"  # these properties are printed after the run (conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +57,10 @@ def resume() -> Result:
     return explore(Scope(("a",), depth=1))
 
 
-def test_exh_1_small_scope_is_explored_whole_with_every_invariant_holding(small: Result) -> None:
-    print(modelcheck.summary(small))
+def test_exh_1_small_scope_is_explored_whole_with_every_invariant_holding(
+    small: Result, record_property: Callable[[str, object], None]
+) -> None:
+    record_property(REPORT, f"manager {modelcheck.summary(small)}")
     assert small.violations == ()
     assert small.states > 1_000
     for inv in STATE_INVARIANTS:
@@ -157,13 +168,14 @@ def planted() -> dict[str, Result]:
 
 @pytest.mark.parametrize("bug", list(PLANTED))
 def test_exh_1_planted_bug_is_found_with_a_shortest_trace(
-    bug: str, planted: dict[str, Result]
+    bug: str, planted: dict[str, Result], record_property: Callable[[str, object], None]
 ) -> None:
     _, check, length = PLANTED[bug]
     result = planted[bug]
     assert result.violations, f"{bug} survived"
     violation = result.violations[0]
-    print(bug, len(violation.events), format_trace(violation), sep="\n")
+    trace = format_trace(violation)
+    record_property(REPORT, f"manager, planted {bug}: {len(violation.events)} events\n{trace}")
     assert violation.check == check
     assert len(violation.events) == length
 
@@ -230,7 +242,7 @@ def test_exh_4_the_canonical_key_sees_every_activation_field() -> None:
         assert key(changed) != key(record), field.name
 
 
-def test_exh_4_symmetry_reduction_is_sound() -> None:
+def test_exh_4_symmetry_reduction_is_sound(record_property: Callable[[str, object], None]) -> None:
     """Without and with the reduction: the same canonical keys, the same verdict, fewer states."""
     scope = Scope(
         ("a", "b"), depth=1, user_grant=False, resume=False, reports=False, scoped_drains=False
@@ -242,7 +254,7 @@ def test_exh_4_symmetry_reduction_is_sound() -> None:
     assert canon == {modelcheck.canonical_key(scope, n) for n in reduced.nodes}  # type: ignore[arg-type]
     assert reduced.states < plain.states
     assert set(plain.checks) == set(reduced.checks)
-    print(f"symmetry: {plain.states} states without, {reduced.states} with")
+    record_property(REPORT, f"symmetry: {plain.states} states without, {reduced.states} with")
 
 
 def test_exh_4_symmetry_reduction_keeps_the_shortest_trace(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,9 +273,11 @@ SMALL = modelcheck.models("small")
 
 
 @pytest.mark.parametrize("name", [n for n in modelcheck.MACHINES if n != "manager"])
-def test_exh_2_machine_is_explored_whole_with_every_check_holding(name: str) -> None:
+def test_exh_2_machine_is_explored_whole_with_every_check_holding(
+    name: str, record_property: Callable[[str, object], None]
+) -> None:
     result = search(SMALL[name])
-    print(name, modelcheck.summary(result))
+    record_property(REPORT, f"{name} {modelcheck.summary(result)}")
     assert result.violations == ()
     assert result.checks["INV-MC-3"] == result.states
     assert result.edges_missed == frozenset()  # every chart edge is reachable, and taken
@@ -310,14 +324,15 @@ PLANTED_MACHINES = {
 
 @pytest.mark.parametrize("name", list(PLANTED_MACHINES))
 def test_exh_2_planted_bug_in_each_machine_is_found(
-    name: str, monkeypatch: pytest.MonkeyPatch
+    name: str, monkeypatch: pytest.MonkeyPatch, record_property: Callable[[str, object], None]
 ) -> None:
     plant, check, length = PLANTED_MACHINES[name]
     plant(monkeypatch)
     result = search(SMALL[name])
     assert result.violations, f"the {name} bug survived"
     violation = result.violations[0]
-    print(name, len(violation.events), violation.check, violation.detail)
+    trace = trace_text(violation, name)
+    record_property(REPORT, f"{name}, planted: {len(violation.events)} events\n{trace}")
     assert (violation.check, len(violation.events)) == (check, length)
 
 

@@ -605,7 +605,8 @@ def summary(result: Result) -> str:
     )
 
 
-def _trace_text(violation: Violation, machine: str) -> str:
+def trace_text(violation: Violation, machine: str) -> str:
+    """A violation's shortest trace as ``verify --exhaustive`` prints it, replayable as code."""
     if machine == "manager":
         return format_trace(violation)
     lines = [f"# {violation.check}: {violation.detail}", f"state = {_source(violation.start)}"]
@@ -636,7 +637,7 @@ def _document(scope_name: str, results: list[Result]) -> dict[str, object]:
                 else {
                     "check": r.violations[0].check,
                     "message": r.violations[0].detail,
-                    "sequence": _trace_text(r.violations[0], r.machine).splitlines(),
+                    "sequence": trace_text(r.violations[0], r.machine).splitlines(),
                 },
             }
             for r in results
@@ -665,7 +666,7 @@ def run_exhaustive(
             echo("chart edge never taken: {} --{}--> {}".format(*named))
         for violation in result.violations:
             echo(f"violation, shortest trace ({len(violation.events)} events):")
-            echo(_trace_text(violation, name))
+            echo(trace_text(violation, name))
     if as_json:
         echo(json.dumps(_document(scope_name, results), indent=2))
     return not any(r.violations for r in results)
