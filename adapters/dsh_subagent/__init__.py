@@ -7,8 +7,9 @@ Everything a harness author needs is importable from here::
 Names load lazily, on first use: ``import dsh_subagent.core`` stays free of the adapters
 (the pure core imports no asyncio), and importing this package costs nothing until a name is
 used; ``PostgresPersistence`` needs the ``postgres`` extra, and only its first use imports
-psycopg (without it, that use raises ``MissingExtra`` naming the extra). The groups below follow the layers: the pure values and errors (``dsh_subagent.core``),
-the seam (service, providers, tools, harness protocols), and the reference harness.
+psycopg (without it, that use raises ``MissingExtra`` naming the extra). The groups below
+follow the layers: the pure values and errors (``dsh_subagent.core``), the seam (service,
+providers, tools, harness protocols), and the reference harness.
 """
 
 from __future__ import annotations
