@@ -3,6 +3,8 @@
 1. Every name in ``__all__`` resolves lazily to the very object its home module defines.
 2. The ``TYPE_CHECKING`` re-exports (what type checkers and IDEs see) are exactly the lazy ones.
 3. ``import dsh_subagent.core`` stays pure: it loads neither the adapters nor asyncio.
+4. The base install loads every public name but those of an extra (``NEEDS_EXTRA``), and
+   ``import dsh_subagent`` never imports an extra's package.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ from pathlib import Path
 import pytest
 
 import dsh_subagent
+from dsh_subagent.core.extras import MissingExtra
 
 ROOT = Path(__file__).resolve().parents[1]
+NEEDS_EXTRA = {"PostgresPersistence": "postgres"}
+"""Public names whose first use imports an optional extra's package (rule 4)."""
 
 
 def test_every_public_name_is_its_home_modules_object() -> None:
@@ -27,8 +32,14 @@ def test_every_public_name_is_its_home_modules_object() -> None:
     for name in dsh_subagent.__all__:
         if name == "__version__":
             continue
-        home = importlib.import_module(dsh_subagent._EXPORTS[name])
-        assert getattr(dsh_subagent, name) is getattr(home, name), name
+        try:
+            home = importlib.import_module(dsh_subagent._EXPORTS[name])
+        except MissingExtra as missing:  # an install without this name's extra (rule 4)
+            lacking = missing.extra
+        else:
+            assert getattr(dsh_subagent, name) is getattr(home, name), name
+            continue
+        assert lacking == NEEDS_EXTRA.get(name), name
 
 
 def test_type_checking_reexports_match_the_lazy_table() -> None:
@@ -75,11 +86,43 @@ def test_issue20_the_offline_test_models_are_public() -> None:
 def test_issue20_every_public_name_loads_without_an_extra() -> None:
     """The base install (attrs, jsonschema) is enough for the whole public import."""
     extras = ["click", "rich", "statemachine", "hypothesis", "pytest", "pydantic_ai", "acp"]
+    extras += ["psycopg", "psycopg_pool"]
     probe = (
         f"import sys; sys.modules.update(dict.fromkeys({extras!r}));"
-        "import dsh_subagent; [getattr(dsh_subagent, n) for n in dsh_subagent.__all__]"
+        "import dsh_subagent;"
+        f"[getattr(dsh_subagent, n) for n in dsh_subagent.__all__ if n not in {NEEDS_EXTRA!r}]"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_pg_1_postgres_persistence_is_public_and_imports_psycopg_only_on_use() -> None:
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    probe = (
+        "import sys, dsh_subagent;"
+        f"[getattr(dsh_subagent, n) for n in dsh_subagent.__all__ if n not in {NEEDS_EXTRA!r}];"
+        "before = 'psycopg' in sys.modules;"
+        "dsh_subagent.PostgresPersistence;"
+        "print(before, 'psycopg' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, "False True\n"), done.stderr
+
+
+def test_pg_1_without_psycopg_the_public_postgres_store_names_its_extra() -> None:
+    probe = (
+        "import sys; sys.modules['psycopg'] = None;"
+        "import dsh_subagent\n"
+        "try:\n    dsh_subagent.PostgresPersistence\n"
+        "except ImportError as error:\n    print(error)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+    )
+    assert done.stdout == (
+        "the PostgreSQL session store needs psycopg: pip install 'dsh-subagent[postgres]'\n"
+    ), done.stderr

@@ -6,8 +6,10 @@ Everything a harness author needs is importable from here::
 
 Names load lazily, on first use: ``import dsh_subagent.core`` stays free of the adapters
 (the pure core imports no asyncio), and importing this package costs nothing until a name is
-used. The groups below follow the layers: the pure values and errors (``dsh_subagent.core``),
-the seam (service, providers, tools, harness protocols), and the reference harness.
+used; ``PostgresPersistence`` needs the ``postgres`` extra, and only its first use imports
+psycopg (without it, that use raises ``MissingExtra`` naming the extra). The groups below
+follow the layers: the pure values and errors (``dsh_subagent.core``), the seam (service,
+providers, tools, harness protocols), and the reference harness.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ _EXPORTS: dict[str, str] = {
     "HarnessOpening": "dsh_subagent.adapters.reference.harness",
     "InMemoryPersistence": "dsh_subagent.adapters.reference.persistence",
     "NullModel": "dsh_subagent.adapters.reference.scripted_model",
+    "PostgresPersistence": "dsh_subagent.adapters.reference.postgres_persistence",
     "ReferenceHarness": "dsh_subagent.adapters.reference.harness",
     "ScriptedModel": "dsh_subagent.adapters.reference.scripted_model",
     "SqlitePersistence": "dsh_subagent.adapters.reference.sqlite_persistence",
@@ -171,6 +174,9 @@ if TYPE_CHECKING:
     from dsh_subagent.adapters.reference.harness import ReferenceHarness as ReferenceHarness
     from dsh_subagent.adapters.reference.persistence import (
         InMemoryPersistence as InMemoryPersistence,
+    )
+    from dsh_subagent.adapters.reference.postgres_persistence import (
+        PostgresPersistence as PostgresPersistence,
     )
     from dsh_subagent.adapters.reference.scripted_model import FunctionModel as FunctionModel
     from dsh_subagent.adapters.reference.scripted_model import NullModel as NullModel

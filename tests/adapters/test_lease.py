@@ -13,18 +13,20 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import TypeAlias, TypeVar
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 import pytest
 
 from dsh_subagent.adapters.protocols import Lease
 from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
-from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import SessionEvent, SessionHeader, SessionId
 
-Store: TypeAlias = InMemoryPersistence | SqlitePersistence | PostgresPersistence
+if TYPE_CHECKING:
+    from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
+
+Store: TypeAlias = "InMemoryPersistence | SqlitePersistence | PostgresPersistence"
 Pair: TypeAlias = Callable[[], Awaitable[tuple[Store, Store]]]
 T = TypeVar("T")
 
@@ -62,7 +64,9 @@ def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Pair:
         if request.param == "memory":
             first = InMemoryPersistence(clock=clock, lease_ttl=TTL)
             return first, first.peer()
-        if request.param == "postgres":
+        if request.param == "postgres":  # psycopg imported only here: the file collects without it
+            from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
+
             shared = await PostgresPersistence.open(address, clock=clock, lease_ttl=TTL)
             return shared, await PostgresPersistence.open(address, clock=clock, lease_ttl=TTL)
         path = tmp_path / "sessions.db"

@@ -9,22 +9,25 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 import pytest
 
 from dsh_subagent.adapters.protocols import InboxNotification
 from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
-from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import CoordinatorSource, MessageId, SessionId, UserMessage
 from tests.adapters.continuation_harness import Harness, run, text, user_messages
 
+if TYPE_CHECKING:
+    from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
+
 CHILD = SessionId("c")
 
 
-Store = InMemoryPersistence | SqlitePersistence | PostgresPersistence
+Store: TypeAlias = "InMemoryPersistence | SqlitePersistence | PostgresPersistence"
 BACKENDS = ["memory", "sqlite", "postgres"]
 
 
@@ -42,6 +45,8 @@ async def _stores(backend: str, where: str) -> tuple[Store, Store]:
         first = InMemoryPersistence()
         return first, first.peer()
     if backend == "postgres":
+        from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
+
         shared = await PostgresPersistence.open(where)
         return shared, await PostgresPersistence.open(where)
     path = Path(where)

@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TypeAlias, TypeVar
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 import attrs
 import pytest
@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from dsh_subagent.adapters.protocols import CachedProjection, SessionRecord, SessionSnapshot
 from dsh_subagent.adapters.reference.persistence import InMemoryPersistence, encode_header
-from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError
@@ -34,7 +33,10 @@ from dsh_subagent.core.values import (
     TurnEndReason,
 )
 
-Store: TypeAlias = InMemoryPersistence | SqlitePersistence | PostgresPersistence
+if TYPE_CHECKING:
+    from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
+
+Store: TypeAlias = "InMemoryPersistence | SqlitePersistence | PostgresPersistence"
 Opener: TypeAlias = Callable[[], Awaitable[Store]]
 T = TypeVar("T")
 
@@ -86,7 +88,9 @@ def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
     async def open_store() -> Store:
         if request.param == "memory":
             return memory
-        if request.param == "postgres":
+        if request.param == "postgres":  # psycopg imported only here: the file collects without it
+            from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
+
             return await PostgresPersistence.open(address, clock=clock)
         return await SqlitePersistence.open(tmp_path / "sessions.db", clock=clock)
 

@@ -11,7 +11,12 @@ Theory of operation
 3. ``--dsh-timeout=SECONDS`` bounds every await of a conformance test (``support.run`` and
    ``support.bounded`` read ``time_bound``), so a harness that never reaches a step fails
    with what it was waiting for instead of hanging.
-4. This module is loaded by pytest (entry point ``pytest11``) in every session of an
+4. ``--dsh-db=ADDRESS`` names the store of the tests that persist and reopen a harness (they
+   take the ``dsh_db`` fixture, and carry the ``dsh_db`` marker, so ``-m dsh_db`` selects
+   them): a ``postgresql://`` address runs them on PostgreSQL. The database must start empty;
+   those tests use session ids of their own. Without the option each gets a fresh SQLite file;
+   a conftest may override ``dsh_db`` instead (e.g. with a database per test).
+5. This module is loaded by pytest (entry point ``pytest11``) in every session of an
    environment where the package is installed, so it imports nothing of the seam (nor
    Hypothesis) at import time: that would load the package before coverage starts measuring
    it, and fail every session of an install without the ``conformance`` extra.
@@ -20,6 +25,7 @@ Theory of operation
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -29,6 +35,8 @@ if TYPE_CHECKING:
 
 OPTION = "--dsh-harness"
 TIMEOUT_OPTION = "--dsh-timeout"
+DB_OPTION = "--dsh-db"
+DB_MARKER = "dsh_db"
 MISSING_HYPOTHESIS = (
     "the conformance suite needs Hypothesis: pip install 'dsh-subagent[conformance]'"
 )
@@ -57,6 +65,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="seconds a conformance test may wait for a step before it fails (default 30)",
     )
+    group.addoption(
+        DB_OPTION,
+        default=None,
+        help="store address (a postgresql:// URL or a SQLite path) of the suite's "
+        "persistence tests (default: a fresh SQLite file per test)",
+    )
 
 
 def _check_factory(path: str) -> None:
@@ -76,9 +90,24 @@ def _check_factory(path: str) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     global time_bound  # noqa: PLW0603 - the one process-wide setting the suite reads
     time_bound = config.getoption(TIMEOUT_OPTION)
+    config.addinivalue_line("markers", f"{DB_MARKER}: a conformance test that persists to dsh_db")
     path = config.getoption(OPTION)
     if path is not None:
         _check_factory(str(path))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that takes ``dsh_db``, so ``-m dsh_db`` selects them (rule 4)."""
+    for item in items:
+        if DB_MARKER in getattr(item, "fixturenames", ()):
+            item.add_marker(DB_MARKER)
+
+
+@pytest.fixture
+def dsh_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store of a persistence test: ``--dsh-db``, else a fresh SQLite file (rule 4)."""
+    address = request.config.getoption(DB_OPTION)
+    return str(tmp_path / "sessions.db") if address is None else str(address)
 
 
 @pytest.fixture

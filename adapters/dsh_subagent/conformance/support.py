@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 1. A harness under test is a ``HarnessFactory``: an async callable taking the suite's model
-   hook (``model_for(session, options) -> Model``) and an optional SQLite path, and returning
+   hook (``model_for(session, options) -> Model``) and an optional store address (a SQLite
+   path or a ``postgresql://`` address, as ``ReferenceHarness.open`` takes), and returning
    an opened ``HarnessUnderTest`` whose agents answer from that hook. That protocol is all the
    suite touches: a ``SubagentService`` wired to the harness, its ``AgentRegistry`` and live
    ``SessionStore`` (as the seam's protocols describe them, plus ``session/disposed`` and flush
@@ -88,7 +89,8 @@ class HarnessUnderTest(Protocol):
 
 
 HarnessFactory = Callable[[ModelFor, "str | None"], Awaitable[HarnessUnderTest]]
-"""``factory(model_for, db) -> opened harness`` (``db`` is a SQLite path or ``None``)."""
+"""``factory(model_for, db) -> opened harness`` (``db``: a SQLite path, a ``postgresql://``
+address, or ``None`` for memory)."""
 
 
 class _FallbackModel(ScriptedModel):

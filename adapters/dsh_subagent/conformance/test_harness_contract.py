@@ -6,8 +6,6 @@ Each test names the catalog rule it checks (section 17). The agents come from
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from dsh_subagent.adapters.protocols import AgentStatus, CreateOptions
@@ -170,17 +168,15 @@ def test_harness_16_failed_setup_publishes_nothing(dsh_harness: HarnessFactory) 
 
 
 def test_harness_17_resume_continues_the_log_and_turn_numbers(
-    dsh_harness: HarnessFactory, tmp_path: Path
+    dsh_harness: HarnessFactory, dsh_db: str
 ) -> None:
-    db = str(tmp_path / "sessions.db")
-
     async def main() -> None:
-        first = await dsh_harness(ModelBook(), db)
+        first = await dsh_harness(ModelBook(), dsh_db)
         agent = await first.create_agent("r")
         agent.followup(msg("before"))
         await agent.when_idle()
         await first.close()
-        second = await dsh_harness(ModelBook(), db)
+        second = await dsh_harness(ModelBook(), dsh_db)
         resumed = await second.resume_agent("r")
         resumed.followup(msg("after"))
         await resumed.when_idle()

@@ -9,7 +9,6 @@ agent's tool layer and prompt composer.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
@@ -401,14 +400,12 @@ def test_harness_21_bad_header_fields_are_refused_by_name_before_publication(
 
 
 def test_harness_22_events_are_contiguous_and_round_trip_through_persistence(
-    dsh_harness: HarnessFactory, tmp_path: Path
+    dsh_harness: HarnessFactory, dsh_db: str
 ) -> None:
-    db = str(tmp_path / "sessions.db")
-
     async def main() -> None:
         book = ModelBook()
         book.script("a", reply("fine"), fail("boom"))
-        first = await dsh_harness(book, db)
+        first = await dsh_harness(book, dsh_db)
         agent = await first.create_agent("a")
         for text in ("one", "two"):
             agent.followup(msg(text))
@@ -419,7 +416,7 @@ def test_harness_22_events_are_contiguous_and_round_trip_through_persistence(
         times = [e.time for e in events]
         assert times == sorted(times)
         assert reasons(agent) == [TurnEndReason.COMPLETED, TurnEndReason.ERROR]
-        second = await dsh_harness(ModelBook(), db)
+        second = await dsh_harness(ModelBook(), dsh_db)
         resumed = await second.resume_agent("a")
         assert resumed.session.events[: len(events)] == events
         assert resumed.session.header == agent.session.header

@@ -7,7 +7,11 @@ Theory of operation
 2. ``GatedModel`` replies at once unless a rule holds the agent's gate; the release picks how
    the step ends (reply, model error, max tokens, refusal), so every stop reason occurs.
 3. ``FaultySqlite`` reports every store operation (``before_io``: the await points where a
-   caller's abort is placed) and fails every n-th append while armed.
+   caller's abort is placed) and fails every n-th append while armed (``StoreFaults``, which
+   ``postgres_faults.FaultyPostgres`` shares). The machine opens its store through a
+   ``MachineStore``: ``SqliteStore`` (the default, a file in the run's scratch directory) or
+   ``postgres_faults.PostgresStore``; both open without clock-driven I/O (no mailbox poll, no
+   heartbeat within a run), so a failing example replays.
 4. ``FlakyProvider`` is the spawn provider under the name ``flaky``, raising in the planned
    phase; ``ObservedHarness`` calls ``on_agent`` for every agent it builds (every
    materialization: create, wake, cold resume). ``PlannedFault`` marks each planted failure.
@@ -18,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import attrs
 from hypothesis import strategies as st
@@ -38,7 +43,12 @@ from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.adapters.signals import race_abort
 from dsh_subagent.core.values import AgentOptions, SessionEvent, SessionId, TextBlock
 
+if TYPE_CHECKING:
+    from dsh_subagent.testing.postgres_faults import FaultyPostgres
+
 T = TypeVar("T")
+QUIET = 3600.0
+"""Seconds between a store's timed reads (mailbox poll, heartbeat): never within a run."""
 
 
 class PlannedFault(RuntimeError):
@@ -100,12 +110,23 @@ class GatedModel:
         )
 
 
-class FaultySqlite(SqlitePersistence):
-    """SQLite persistence that reports each operation and fails every n-th append when armed."""
+class StoreFaults:
+    """The machine's hooks on a store: ``before_io`` runs before each operation, and while
+    ``every`` is set every n-th append fails (rule 3)."""
 
     every: int | None = None
     appends = 0
     before_io: Callable[[], None] = staticmethod(lambda: None)
+
+    def count_append(self) -> None:
+        """Count one append; raise the planned failure when it is an n-th one."""
+        self.appends += 1
+        if self.every is not None and self.appends % self.every == 0:
+            raise PlannedFault("store write failed")
+
+
+class FaultySqlite(StoreFaults, SqlitePersistence):
+    """SQLite persistence that reports each operation and fails every n-th append when armed."""
 
     async def _run(
         self, job: Callable[[sqlite3.Connection], T], session_id: SessionId | None = None
@@ -120,10 +141,27 @@ class FaultySqlite(SqlitePersistence):
         await super()._write(job, session_id)
 
     async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
-        self.appends += 1
-        if self.every is not None and self.appends % self.every == 0:
-            raise PlannedFault("sqlite write failed")
+        self.count_append()
         await super().append(session_id, events)
+
+
+class MachineStore(Protocol):
+    """How ``ServiceMachine`` opens its store; ``fresh`` at the start of each run."""
+
+    async def open(self, scratch: Path, *, fresh: bool) -> FaultySqlite | FaultyPostgres:
+        """Open the store (empty when ``fresh``) with its faults disarmed."""
+        ...
+
+
+@attrs.frozen
+class SqliteStore:
+    """``FaultySqlite`` on a file in the run's scratch directory (empty at each run's start)."""
+
+    async def open(self, scratch: Path, *, fresh: bool) -> FaultySqlite:
+        """Open ``seam.db`` under ``scratch``; no mailbox poll, no heartbeat within a run."""
+        opened = await FaultySqlite.open(scratch / "seam.db", mailbox_poll=QUIET, lease_ttl=QUIET)
+        assert isinstance(opened, FaultySqlite)
+        return opened
 
 
 class FlakyProvider:

@@ -6,14 +6,16 @@ Theory of operation
    rule runs its coroutine to completion on it, then lets the world settle: every agent whose
    model gate is open becomes idle and the manager's teardown work finishes. Hypothesis has no
    async rules, so nothing here is ``async def`` at rule level.
-2. The world is a ``ReferenceHarness`` on a SQLite file in a scratch directory, one root agent,
-   and ``GatedModel``: a step of an agent whose gate is held waits until a rule releases it,
+2. The world is a ``ReferenceHarness`` on the machine's store (a ``MachineStore``, the
+   constructor's ``store``: by default ``SqliteStore``, a SQLite file in a scratch directory;
+   ``postgres_faults.PostgresStore`` runs it on PostgreSQL), one root agent, and
+   ``GatedModel``: a step of an agent whose gate is held waits until a rule releases it,
    then ends the way the rule chose (reply, model error, max tokens, refusal). Gates are how
    Hypothesis picks interleavings.
 3. A ``FaultPlan`` drawn once per run arms faults: child flushes report False or raise, the
    ``flaky`` provider raises in ``prepare_continuable`` / ``start``, callers' signals abort
    at a chosen await point (before the call, or at its n-th store operation), lifecycle and
-   inbox listeners throw, SQLite appends raise. Faults are disarmed while a restart closes
+   inbox listeners throw, store appends raise. Faults are disarmed while a restart closes
    and reopens the store.
 4. The trace is what the service lets anyone observe: ``subagent/start`` / ``subagent/end``
    (``service.on``), each agent's inbox notifications, the delegation depth of each child
@@ -35,7 +37,7 @@ import itertools
 import tempfile
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -81,16 +83,20 @@ from dsh_subagent.testing.service_faults import (
     FaultySqlite,
     FlakyProvider,
     GatedModel,
+    MachineStore,
     ObservedHarness,
     PlannedFault,
+    SqliteStore,
     fault_plans,
 )
+
+if TYPE_CHECKING:
+    from dsh_subagent.testing.postgres_faults import FaultyPostgres
 
 T = TypeVar("T")
 ROOT = SessionId("root")
 CHILD_NAMES = tuple(SessionId(f"c{n}") for n in range(5))
 OUTCOMES = ("reply", "error", "max_tokens", "refusal")
-_HOUR = 3600.0
 SETTLE_TIMEOUT = 5.0  # a hang guard only: quiescence never needs wall-clock time
 
 
@@ -114,11 +120,12 @@ class ServiceMachine(RuleBasedStateMachine):
     violated: ClassVar[set[str]] = set()
     children = Bundle("children")  # continuable children ever accepted
 
-    def __init__(self) -> None:
+    def __init__(self, store: MachineStore | None = None) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.scratch = tempfile.TemporaryDirectory()
-        self.db = Path(self.scratch.name) / "seam.db"
+        self.store: MachineStore = SqliteStore() if store is None else store
+        self.persistence: FaultySqlite | FaultyPostgres | None = None
         self.plan = FaultPlan()
         self.armed = False
         self.model = GatedModel()
@@ -152,11 +159,12 @@ class ServiceMachine(RuleBasedStateMachine):
 
     async def _open(self) -> None:
         # Deterministic I/O, so a failing example replays: writes at the next loop tick rather
-        # than on a wall-clock timer, and neither a mailbox poll (one process posts to itself
-        # directly) nor a lease heartbeat, whose reads would count as store operations at
-        # times the clock decides.
-        persistence = await FaultySqlite.open(self.db, mailbox_poll=_HOUR, lease_ttl=_HOUR)
-        assert isinstance(persistence, FaultySqlite)
+        # than on a wall-clock timer, and the store opens with neither a mailbox poll or
+        # LISTEN (one process posts to itself directly) nor a lease heartbeat, whose reads
+        # would count as store operations at times the clock decides.
+        fresh = self.harness is None
+        persistence = await self.store.open(Path(self.scratch.name), fresh=fresh)
+        self.persistence = persistence
         harness = ObservedHarness(persistence, lambda _s, _o: self.model, write_interval=0)
         harness.on_agent = self._watch_agent
         persistence.before_io = self._before_io
@@ -183,10 +191,8 @@ class ServiceMachine(RuleBasedStateMachine):
 
     def _arm(self, armed: bool) -> None:
         self.armed = armed
-        if self.harness is not None:
-            persistence = self.harness.persistence
-            assert isinstance(persistence, FaultySqlite)
-            persistence.every = self.plan.sqlite_append_every if armed else None
+        if self.persistence is not None:
+            self.persistence.every = self.plan.sqlite_append_every if armed else None
 
     def _watch_agent(self, agent: ReferenceAgent) -> None:
         # One ledger per session id across incarnations: an inbox is durable across resumes.
@@ -450,7 +456,7 @@ class ServiceMachine(RuleBasedStateMachine):
 
     @rule(child=children)
     def restart(self, child: SessionId) -> None:
-        """Close the process's harness, reopen the same SQLite file, cold-resume ``child``."""
+        """Close the process's harness, reopen the same store, cold-resume ``child``."""
         if not self.drained:
             self.drain_whole()
         self._arm(False)
