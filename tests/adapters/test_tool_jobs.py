@@ -571,6 +571,25 @@ def test_bg_39_a_throwing_teardown_cancel_force_fails_the_record() -> None:
     run(main)
 
 
+def test_bg_39_a_force_failed_job_settling_after_its_owners_release_is_ignored() -> None:
+    """The producer of a job force-failed at teardown settles after its owner was released
+    and the job dropped: nothing is reported and no settlement task fails."""
+
+    async def main() -> None:
+        world = ToolsWorld()
+        handle_ = await world.registry.create(CreateOptions(SessionId("owner")))
+        owner = handle_.agent
+        stubborn = Producer(cancel_error=RuntimeError("stuck"))
+        world.jobs.start("work", "stuck", owner, stubborn.starter)
+        await handle_.dispose()
+        assert world.jobs.list(owner) == []  # released: the job is dropped
+        stubborn.done.set_result(JobOutcome(JobStatus.COMPLETED, output="late"))
+        await world.jobs.settled()  # raised INVALID_ARGUMENT [job_id] before the fix
+        assert world.jobs.list(owner) == []
+
+    run(main)
+
+
 def test_bg_38_registering_the_task_tools_is_reversible() -> None:
     world = ToolsWorld()
     tools = ToolRegistry()

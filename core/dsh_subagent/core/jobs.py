@@ -379,7 +379,8 @@ class AwaitJobs:
 
 @attrs.frozen
 class DropJob:
-    """Forget the job's producer; ``job`` is its record as it was dropped."""
+    """Forget the job's producer and stop watching it: the job is ABSENT, so its producer's
+    later settlement is never reported; ``job`` is its record as it was dropped."""
 
     cause: EventId
     job: JobState

@@ -17,7 +17,9 @@ Theory of operation
 4. ``CancelProducer`` calls the producer's cancel: a kill reports ``CancelReturned`` or lets
    the raise propagate (BG-35); teardown reports a raise as ``CancelRaised`` (BG-39).
 5. Owner disposal is ``OwnerDisposed``; ``AwaitJobs`` waits for the listed jobs' settlement
-   and reports ``OwnerReleased``, whose ``DropJob`` effects forget the producers (BG-8).
+   and reports ``OwnerReleased``, whose ``DropJob`` effects forget the producers (BG-8): a
+   dropped producer's ``done`` is still awaited (contained), its settlement never reported
+   (a force-failed job's producer may settle after its owner's release, BG-39).
 6. ``settle_run(run)`` adapts a one-shot run to an outcome by ``core.output.job_outcome``
    (ONE-19, BG-6); a rejected result -> failed with the rendered error; the run is always
    disposed, and a disposal failure turns the outcome failed (``core.output.dispose_failed``).
@@ -259,7 +261,8 @@ class JobRegistry:
             outcome = await producer.hooks.done
         except Exception as error:
             outcome = JobOutcome(JobStatus.FAILED, detail=render_exception(error))
-        self._settle(producer, outcome)
+        if producer.final is None:  # a dropped job is no longer watched (rule 5)
+            self._settle(producer, outcome)
 
     def _settle(self, producer: _Producer, outcome: JobOutcome) -> None:
         settlement = SETTLEMENT_OF[outcome.status]
