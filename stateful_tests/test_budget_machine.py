@@ -6,9 +6,14 @@ profiles such as ``soak`` run more.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import settings
 
 from dsh_subagent.spec.budget_machine import BudgetMachine
+
+# Pure-core machines run several times slower under branch tracing; the core's coverage
+# comes from its unit tests (tests/core), so coverage pauses here.
+pytestmark = pytest.mark.no_cover
 
 _profile = settings()  # the loaded profile (see conftest.py)
 BudgetMachine.TestCase.settings = settings(
@@ -17,4 +22,5 @@ BudgetMachine.TestCase.settings = settings(
     stateful_step_count=max(40, _profile.stateful_step_count),
     deadline=None,
 )
+
 BudgetMachineTest = BudgetMachine.TestCase

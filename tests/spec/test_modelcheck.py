@@ -3,11 +3,15 @@
 The small scope is explored whole with every check holding; the medium scope is a soak run
 (``DSH_SOAK=1``). Each bug the stateful machines once found is planted by monkeypatching the
 core and must be found by the search, with a shortest trace of a pinned length. Every search
-runs once: the tests that read one share it through a module fixture (the suite's slowest).
+runs once: the tests that read one share it through a cached function (the suite's slowest),
+called from the tests themselves so that ``no_cover`` pauses coverage over it (the searches run
+the core under branch tracing several times slower, and the core's coverage comes from its
+unit tests).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -45,21 +49,25 @@ from dsh_subagent.spec.modelcheck import (
 REPORT = "model check"  # these properties are printed after the run (conftest.py)
 
 
-@pytest.fixture(scope="module")
-def small() -> Result:
+pytestmark = pytest.mark.no_cover
+
+
+@functools.cache
+def small_scope() -> Result:
     """The small scope, searched once for every test that reads it."""
     return explore(SCOPES["small"])
 
 
-@pytest.fixture(scope="module")
-def resume() -> Result:
+@functools.cache
+def resume_scope() -> Result:
     """One child with cold resume: the edges the small scope leaves out."""
     return explore(Scope(("a",), depth=1))
 
 
 def test_exh_1_small_scope_is_explored_whole_with_every_invariant_holding(
-    small: Result, record_property: Callable[[str, object], None]
+    record_property: Callable[[str, object], None],
 ) -> None:
+    small = small_scope()
     record_property(REPORT, f"manager {modelcheck.summary(small)}")
     assert small.violations == ()
     assert small.states > 1_000
@@ -68,9 +76,9 @@ def test_exh_1_small_scope_is_explored_whole_with_every_invariant_holding(
     assert small.checks["INV-MC-3"] == small.states
 
 
-def test_exh_3_every_activation_chart_edge_is_taken_by_the_small_or_the_resume_scope(
-    small: Result, resume: Result
-) -> None:
+def test_exh_3_every_activation_chart_edge_is_taken_by_the_small_or_the_resume_scope() -> None:
+    small = small_scope()
+    resume = resume_scope()
     missed = {(source, event) for source, event, _ in small.edges_missed}
     assert missed <= {
         (Phase.ABSENT, "ColdResumeStarted"),
@@ -155,8 +163,8 @@ PLANTED = {
 }
 
 
-@pytest.fixture(scope="module")
-def planted() -> dict[str, Result]:
+@functools.cache
+def planted_scopes() -> dict[str, Result]:
     """The small scope searched once per planted bug, for every test that reads the result."""
     found = {}
     for bug, (plant, _, _) in PLANTED.items():
@@ -168,8 +176,9 @@ def planted() -> dict[str, Result]:
 
 @pytest.mark.parametrize("bug", list(PLANTED))
 def test_exh_1_planted_bug_is_found_with_a_shortest_trace(
-    bug: str, planted: dict[str, Result], record_property: Callable[[str, object], None]
+    bug: str, record_property: Callable[[str, object], None]
 ) -> None:
+    planted = planted_scopes()
     _, check, length = PLANTED[bug]
     result = planted[bug]
     assert result.violations, f"{bug} survived"
@@ -180,9 +189,8 @@ def test_exh_1_planted_bug_is_found_with_a_shortest_trace(
     assert len(violation.events) == length
 
 
-def test_exh_1_a_violation_trace_replays_as_code(
-    planted: dict[str, Result], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_exh_1_a_violation_trace_replays_as_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    planted = planted_scopes()
     violation = planted["admission without the authority re-check"].violations[0]
     _plant_no_authority_recheck(monkeypatch)  # the replay runs the planted core again
     namespace = dict(modelcheck.REPLAY_NAMESPACE)
@@ -244,8 +252,16 @@ def test_exh_4_the_canonical_key_sees_every_activation_field() -> None:
 
 def test_exh_4_symmetry_reduction_is_sound(record_property: Callable[[str, object], None]) -> None:
     """Without and with the reduction: the same canonical keys, the same verdict, fewer states."""
+    # Without mail from another harness: the reduction renames it like any child-named id,
+    # and the mail-free scope keeps this test (two searches that keep every node) cheap.
     scope = Scope(
-        ("a", "b"), depth=1, user_grant=False, resume=False, reports=False, scoped_drains=False
+        ("a", "b"),
+        depth=1,
+        user_grant=False,
+        resume=False,
+        reports=False,
+        scoped_drains=False,
+        mailbox=False,
     )
     plain = explore(scope, symmetry=False, keep_nodes=True)
     reduced = explore(scope, keep_nodes=True)

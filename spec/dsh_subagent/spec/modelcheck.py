@@ -148,6 +148,7 @@ class Scope:
     resume: bool = True
     reports: bool = True
     scoped_drains: bool = True
+    mailbox: bool = True
 
 
 SCOPES: Final[Mapping[str, Scope]] = {
@@ -254,7 +255,7 @@ def _child_events(
             yield from _finished(state, record)
     held = env.of(child)
     mail = MessageId(f"{child}.mail")  # a message another harness posted (DUR-22, DUR-23)
-    if mail not in held:
+    if scope.mailbox and mail not in held:
         yield MailboxArrived(_EID, child, mail)
     for message in (MessageId(f"{child}.f{i}") for i in range(1, scope.followups + 1)):
         if message in held:
