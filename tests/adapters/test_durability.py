@@ -22,7 +22,6 @@ from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, Scripted
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.adapters.signals import AbortController
 from dsh_subagent.core.errors import ErrorCode
-from dsh_subagent.core.lifecycle import SUBAGENT_END, RunEndInfo
 from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.values import (
     INBOX_SPLICED,
@@ -77,72 +76,6 @@ def _messages(events: tuple[SessionEvent, ...], kind: str) -> list[dict[str, Jso
     return found
 
 
-async def _grandchild_running(harness: ReferenceHarness, models: Models) -> None:
-    """Root, its child ``p`` and ``p``'s child ``g``, both held in their first model step;
-    closing the harness then drains ``g`` first, so its notice enters ``p``'s inbox while
-    ``p`` is being torn down."""
-    working, deep = Gate(), Gate()
-    models.of(P).extend([Gated(working, reply("p done"))])
-    models.of(G).extend([Gated(deep, reply("g done"))])
-    root = await harness.create_agent("root")
-    spec = ContinuableStartSpec("spawn", "w", root, (TextBlock("go"),), child_id=P)
-    await harness.service.start_continuable(spec)
-    await working.reached()
-    parent = harness.registry.get(P)
-    assert parent is not None
-    spec = ContinuableStartSpec("spawn", "w", parent, (TextBlock("dig"),), child_id=G)
-    await harness.service.start_continuable(spec)
-    await deep.reached()
-
-
-def _cancels(events: Sequence[SessionEvent]) -> list[SessionEvent]:
-    """The splices that cancelled pending messages."""
-    return [
-        e
-        for e in events
-        if e.type == INBOX_SPLICED and e.data.get("outcome") == "canceled"  # type: ignore[union-attr]
-    ]
-
-
-class FailsCancels(SqlitePersistence):
-    """SQLite persistence whose appends to ``p`` that carry a cancel splice fail."""
-
-    async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
-        if session_id == P and _cancels(events):
-            raise OSError("disk gone")
-        await super().append(session_id, events)
-
-
-def test_dur_4_the_disposals_cancel_is_written_by_the_final_flush(tmp_path: Path) -> None:
-    """The cancel splice of ``g``'s notice and ``p``'s log tail are one write, the final
-    flush: failing the write that carries the cancel is ``p``'s ``DURABILITY_FAILED``, and
-    nothing of that tail reaches the store (no second write carries the cancel alone)."""
-    db = tmp_path / "s.db"
-    models = Models()
-
-    async def main() -> None:
-        persistence = await FailsCancels.open(db)
-        ends: list[RunEndInfo] = []
-        async with ReferenceHarness(persistence, models) as harness:
-            harness.service.on(SUBAGENT_END, ends.append)  # type: ignore[arg-type]
-            await _grandchild_running(harness, models)
-            parent = harness.registry.get(P)
-            assert parent is not None
-        assert _cancels(parent.session.events)  # the disposal cancelled the notice
-        (end,) = [info for info in ends if info.start.child_id == P]
-        assert end.durability_failed
-        reader = await SqlitePersistence.open(db, readonly=True)
-        try:
-            stored = (await reader.inspect(P)).events
-        finally:
-            await reader.close()
-        assert not _cancels(stored)
-        assert stored == parent.session.events[: len(stored)]
-        assert len(stored) < parent.session.seq  # the tail was not written either
-
-    run(main)
-
-
 def test_dur_4_a_notice_discarded_by_the_parents_disposal_stays_discarded_after_restart(
     tmp_path: Path,
 ) -> None:
@@ -153,8 +86,19 @@ def test_dur_4_a_notice_discarded_by_the_parents_disposal_stays_discarded_after_
     models = Models()
 
     async def main() -> None:
+        working, deep = Gate(), Gate()
+        models.of(P).extend([Gated(working, reply("p done"))])
+        models.of(G).extend([Gated(deep, reply("g done"))])
         async with ReferenceHarness.open(models, db=db) as harness:
-            await _grandchild_running(harness, models)
+            root = await harness.create_agent("root")
+            spec = ContinuableStartSpec("spawn", "w", root, (TextBlock("go"),), child_id=P)
+            await harness.service.start_continuable(spec)
+            await working.reached()
+            parent = harness.registry.get(P)
+            assert parent is not None
+            spec = ContinuableStartSpec("spawn", "w", parent, (TextBlock("dig"),), child_id=G)
+            await harness.service.start_continuable(spec)
+            await deep.reached()
         store = await SqlitePersistence.open(db)
         try:
             events = (await store.inspect(P)).events

@@ -25,11 +25,9 @@ Theory of operation
    teardown failure (or None) when its end edge is performed. After the handle's disposal
    the child's store lease is given up (``release_lease``, LEASE-6): an Activation holds it
    from its grant to its release; a release that fails is logged and the lease expires.
-   The disposal's cancel splice (whatever the idle child's inbox still holds, such as a
-   settlement notice) is made right before the final flush, as ``FlushSession`` orders, so
-   the flush's one commit carries the log tail and its discards (DUR-4); only a message
-   that arrived during the flush is cancelled by the handle's disposal and committed
-   before the lease is given up.
+   Between the two, the disposal's own log tail (the cancel splice of whatever its inbox
+   still held, such as a settlement notice) is committed, so a discard is as durable as the
+   insertion it cancels (DUR-4).
 5. Notices and reports never stall teardown: a failing notice send is logged and dropped
    (NOTICE-14); a failing accounted send withdraws its id (RES-2). A sent notice is
    committed with its parent's session in the send's span (DUR-1); the child's release
@@ -107,7 +105,6 @@ from dsh_subagent.core.output import epoch_stop_reason, final_assistant_output, 
 from dsh_subagent.core.residency import AgentStatus
 from dsh_subagent.core.teardown import Boundary, FlushOutcome, boundary_failure, combine_failures
 from dsh_subagent.core.values import (
-    CancelKind,
     Content,
     EventId,
     KnownStop,
@@ -119,7 +116,6 @@ from dsh_subagent.core.values import (
 )
 
 _log = logging.getLogger("dsh_subagent.adapters.continuation")
-_DISPOSED = CancelCause(CancelKind.DISPOSED)
 
 LifecycleInfo: TypeAlias = RunStartInfo | RunEndInfo
 Emit = Callable[[str, LifecycleInfo], None]
@@ -449,12 +445,9 @@ class Engine:
         agent = live.handle.agent
         try:
             await agent.when_idle()
-            # The disposal's cancel splice, made now: the final flush carries it (DUR-4).
-            agent.cancel(_DISPOSED, keep_inbox=False)
         except Exception as exc:
             live.failures.append(boundary_failure(Boundary.ACTIVATION, repr(exc)))
         outcome = FlushOutcome.FAILED
-        flushed = agent.session.seq
         try:
             confirmed = await self.sessions.flush(agent.session)
             outcome = FlushOutcome.OK if confirmed else FlushOutcome.UNCONFIRMED
@@ -468,7 +461,7 @@ class Engine:
         # The core answers with ``DisposeHandle``; this task carries the release on, so a
         # child's teardown never needs a second task.
         self.dispatch(FlushReported(self.event_id(), live.child_id, outcome))
-        await self._release(live, flushed)
+        await self._release(live)
 
     def _dispose(self, child_id: SessionId, *, after_flush: bool) -> None:
         if after_flush:
@@ -476,9 +469,8 @@ class Engine:
         live = self.children.pop(child_id)
         live.rollback = asyncio.ensure_future(live.handle.dispose())
 
-    async def _release(self, live: LiveChild, flushed: int) -> None:
-        """Capture the epoch, dispose the handle, report (TEAR-2 steps 8-9, TEAR-5);
-        ``flushed`` is the log length the final flush wrote."""
+    async def _release(self, live: LiveChild) -> None:
+        """Capture the epoch, dispose the handle, report (TEAR-2 steps 8-9, TEAR-5)."""
         boundaries: set[Boundary] = {Boundary.ACTIVATION} if live.failures else set()
         agent = live.handle.agent
         try:
@@ -500,8 +492,7 @@ class Engine:
         except Exception as exc:
             live.failures.append(boundary_failure(Boundary.HANDLE, repr(exc)))
             boundaries.add(Boundary.HANDLE)
-        if agent.session.seq > flushed:  # the disposal appended after the final flush
-            await self._commit_tail(live)
+        await self._commit_tail(live)
         await release_lease(live)
         parent = None if live.parent_session is None else self.agents.get(live.parent_session)
         status = AgentStatus.IDLE
@@ -520,8 +511,8 @@ class Engine:
         )
 
     async def _commit_tail(self, live: LiveChild) -> None:
-        """What the disposal appended after the final flush (the cancel splice of a message
-        that arrived in between) is written under the lease, before it is given up
+        """The disposal's own log tail (its inbox's cancel splice: a discarded notice stays
+        discarded after a restart) is written under the lease, before it is given up
         (rule 4, DUR-4); a failure is logged."""
         try:
             await self.sessions.commit(live.handle.agent.session)
