@@ -442,6 +442,25 @@ def test_dur_22_a_mailbox_message_is_delivered_into_a_live_activation() -> None:
     assert phase(d, "c") is Phase.FLUSHING
 
 
+def test_dur_22_mail_for_a_materialized_child_under_its_own_scoped_drain_stays_stored() -> None:
+    """A scoped drain of the child's descendants closes its lineage (TEAR-10): mail that
+    arrives before the child's first delivery is neither admitted nor submitted."""
+    d = Driver()
+    child = agent("c")
+    d.run(
+        [
+            ChildIdReserved(eid(), sid("c"), ROOT),
+            DescriptorSnapshotted(eid(), sid("c")),
+            ChildPrepared(eid(), sid("c")),
+            ChildMaterialized(eid(), sid("c"), RunId("run-c"), child, frozenset({child, ROOT})),
+        ]
+    )
+    d(DrainRequested(eid(), DescendantsOf((live(child),))))
+    assert phase(d, "c") is Phase.MATERIALIZED
+    assert d(MailboxArrived(eid(), sid("c"), MessageId("mail"))) == ()
+    assert MessageId("mail") not in d.state.activations[sid("c")].accepted
+
+
 def test_dur_23_an_absent_child_with_pending_mail_is_resumed_unless_draining() -> None:
     d = Driver()
     message = MessageId("mail")
