@@ -8,7 +8,9 @@ minutes on a 2-core machine.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import coverage
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -57,3 +59,22 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_sep("-", "model checks")
         for line in sorted(lines):
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def _pause_coverage_for_no_cover_tests(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Pause coverage over a test marked ``no_cover``: pytest-cov's own pause misses the
+    collectors an xdist worker runs, and branch tracing makes the pure-core searches several
+    times slower. Every running collector stops (they stack) and restarts in order after."""
+    if request.node.get_closest_marker("no_cover") is None:
+        yield
+        return
+    stopped: list[coverage.Coverage] = []
+    while (running := coverage.Coverage.current()) is not None:
+        running.stop()
+        stopped.append(running)
+    try:
+        yield
+    finally:
+        for each in reversed(stopped):
+            each.start()
