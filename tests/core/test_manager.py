@@ -444,7 +444,8 @@ def test_dur_22_a_mailbox_message_is_delivered_into_a_live_activation() -> None:
 
 def test_dur_22_mail_for_a_materialized_child_under_its_own_scoped_drain_stays_stored() -> None:
     """A scoped drain of the child's descendants closes its lineage (TEAR-10): mail that
-    arrives before the child's first delivery is neither admitted nor submitted."""
+    arrives before the child's first delivery is neither admitted nor submitted, and a
+    follow-up is refused."""
     d = Driver()
     child = agent("c")
     d.run(
@@ -459,6 +460,9 @@ def test_dur_22_mail_for_a_materialized_child_under_its_own_scoped_drain_stays_s
     assert phase(d, "c") is Phase.MATERIALIZED
     assert d(MailboxArrived(eid(), sid("c"), MessageId("mail"))) == ()
     assert MessageId("mail") not in d.state.activations[sid("c")].accepted
+    # A follow-up meets the same closed admission, and is refused (CONT-14).
+    followup = FollowupRequested(eid(), sid("c"), MessageId("f"), as_parent(ROOT))
+    assert rejected(d(followup)) is ErrorCode.DRAINING
 
 
 def test_dur_23_an_absent_child_with_pending_mail_is_resumed_unless_draining() -> None:
