@@ -11,39 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from dsh_subagent.adapters.reference.harness import open_persistence
+from tests.conformance.test_conformance_plugin import conformance
 
 
 def test_pg_1_the_conformance_suites_persistence_tests_pass_on_postgres(
     postgres_db: str, tmp_path: Path
 ) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "--noconftest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-m",
-            "dsh_db",
-            f"--dsh-db={postgres_db}",
-            "--pyargs",
-            "dsh_subagent.conformance",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        cwd=tmp_path,
+    code, output, _seconds = conformance(
+        tmp_path, "-q", "-p", "no:cacheprovider", "-m", "dsh_db", f"--dsh-db={postgres_db}"
     )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
+    assert code == 0, output
     passed = re.search(r"(\d+) passed", output)
     assert passed is not None, output
     assert int(passed.group(1)) >= 2, output
