@@ -31,12 +31,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Final
+from typing import Final, cast
 
 import attrs
 
 from dsh_subagent.adapters.clock import epoch_ms
-from dsh_subagent.adapters.protocols import Agent, MeteredAgent, StepGrant, Usage
+from dsh_subagent.adapters.protocols import (
+    Agent,
+    MeteredAgent,
+    StepGrant,
+    StepMeter,
+    Usage,
+)
+from dsh_subagent.adapters.signals import Unsubscribe
 from dsh_subagent.core import budget as core
 from dsh_subagent.core.budget import Amounts, Budget, Exhausted, Ledger, validate_budget
 from dsh_subagent.core.budget_log import (
@@ -57,6 +64,8 @@ DEFAULT_OUTPUT_RESERVATION: Final = 4096
 
 _SHARED: Final = Budget()
 """The caps of a child that asked for none: it shares its parent's accounts."""
+_ONE_REQUEST: Final = Amounts(1)
+"""The charge of a request whose model reported no usage."""
 
 
 def check_budget(value: object, field: str) -> Budget | None:
@@ -154,9 +163,7 @@ class BudgetBook:
             self.ledger = core.open_root(self.ledger, node, asked or Budget(), now)
         else:
             self.ledger = core.open_child(self.ledger, above, node, asked or Budget(), now)
-        self._caps[node] = (
-            core.caps(self.ledger, node) if asked is None else _caps_of(self.ledger, node, asked)
-        )
+        self._caps[node] = _SHARED if asked is None else _caps_of(self.ledger, node, asked)
         return ChildBudget(self, node)
 
     def restore(self, agent: Agent, parent: SessionId | None) -> None:
@@ -175,16 +182,11 @@ class BudgetBook:
 
     def attach(self, node: str, agent: Agent) -> None:
         """Meter ``agent`` through ``node`` and record its caps (in the unpublished window)."""
-        if not isinstance(agent, MeteredAgent):
-            raise SubagentError(
-                ErrorCode.UNSUPPORTED_CAPABILITY,
-                f"agent {agent.id} cannot meter its model requests",
-                field="budget",
-            )
+        install = _meter_installer(agent)
         self._node_of[agent.id] = node
         self._bound[node] = agent.id
         self._agents[node] = agent
-        agent.ctx.defer(agent.install_meter(self))
+        agent.ctx.defer(install(self))
 
         def detach() -> None:
             if self._agents.get(node) is agent:
@@ -231,16 +233,30 @@ class BudgetBook:
         return StepGrant(reservation.id, cap)
 
     def settle(self, agent: SessionId, grant: StepGrant, usage: Usage | None, *, ok: bool) -> None:
-        held = self.ledger.reservations[grant.ticket]
-        used: Amounts | None = None
-        if ok:
-            used = (
-                Amounts(1) if usage is None else Amounts(1, usage.input_tokens, usage.output_tokens)
-            )
+        if not ok:
+            used = self.ledger.reservations[grant.ticket].granted  # the whole grant
+        elif usage is None:
+            used = _ONE_REQUEST
+        else:
+            used = Amounts(1, usage.input_tokens, usage.output_tokens)
         self.ledger = core.settle(self.ledger, grant.ticket, used)
         live = self._agents.get(self._node_of.get(agent, ""))
         if live is not None:
-            live.session.append(BUDGET_CHARGED, charged_data(used or held.granted))
+            live.session.append(BUDGET_CHARGED, charged_data(used))
+
+
+def _meter_installer(agent: Agent) -> Callable[[StepMeter], Unsubscribe]:
+    """``agent``'s ``install_meter``, or ``UNSUPPORTED_CAPABILITY`` (an attribute check: an
+    ``isinstance`` against the runtime-checkable ``MeteredAgent`` costs more than the rest
+    of a delegation's metering)."""
+    install = getattr(agent, "install_meter", None)
+    if not callable(install):
+        raise SubagentError(
+            ErrorCode.UNSUPPORTED_CAPABILITY,
+            f"agent {agent.id} cannot meter its model requests",
+            field="budget",
+        )
+    return cast("MeteredAgent", agent).install_meter
 
 
 def _caps_of(ledger: Ledger, node: str, asked: Budget) -> Budget:

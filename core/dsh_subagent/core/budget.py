@@ -46,7 +46,7 @@ Theory of operation
 from __future__ import annotations
 
 import enum
-from typing import Final
+from typing import Final, TypeAlias
 
 import attrs
 
@@ -215,19 +215,43 @@ def _node(ledger: Ledger, node: str) -> Node:
     return found
 
 
-def _account(nodes: PMap[str, Node], payer: str, index: int) -> Account:
-    account = nodes[payer].own[index]
+_Edit: TypeAlias = "tuple[Node, list[Account | None], list[int]]"
+"""A node being changed: the node, its new own accounts, its open-children and outstanding
+deltas."""
+
+
+def _edit(nodes: PMap[str, Node], edits: dict[str, _Edit], name: str) -> _Edit:
+    """The pending change of ``name`` (started from its current node on first use)."""
+    edit = edits.get(name)
+    if edit is None:
+        found = nodes[name]
+        edit = edits[name] = (found, list(found.own), [0, 0])
+    return edit
+
+
+def _own(nodes: PMap[str, Node], edits: dict[str, _Edit], payer: str, index: int) -> Account:
+    """``payer``'s account of dimension ``index``, as changed so far."""
+    account = _edit(nodes, edits, payer)[1][index]
     assert account is not None, "a payer owns its account"
     return account
 
 
-def _with_account(
-    nodes: PMap[str, Node], payer: str, index: int, account: Account
-) -> PMap[str, Node]:
-    node = nodes[payer]
-    own = list(node.own)
-    own[index] = account
-    return nodes.set(payer, attrs.evolve(node, own=(own[0], own[1], own[2])))
+def _written(nodes: PMap[str, Node], edits: dict[str, _Edit]) -> PMap[str, Node]:
+    """``nodes`` with every pending change written: one node built and set per node touched
+    (never an ``attrs.evolve`` per account)."""
+    for name, (old, own, (children, outstanding)) in edits.items():
+        nodes = nodes.set(
+            name,
+            Node(
+                old.parent,
+                (own[0], own[1], own[2]),
+                old.payers,
+                old.deadline_ms,
+                old.open_children + children,
+                old.outstanding + outstanding,
+            ),
+        )
+    return nodes
 
 
 def open_root(ledger: Ledger, node: str, budget: Budget, now_ms: int) -> Ledger:
@@ -249,36 +273,37 @@ def _open(ledger: Ledger, node: str, parent: str | None, asked: Budget, now_ms: 
     if up is not None and up.deadline_ms is not None and now_ms >= up.deadline_ms:
         raise _exhausted(Dimension.WALL_TIME, parent or node)
     nodes = ledger.nodes
+    edits: dict[str, _Edit] = {}
     own: list[Account | None] = [None, None, None]
-    payers: list[str | None] = [None, None, None]
+    payers: list[str | None] = [None, None, None] if up is None else list(up.payers)
     for index, cap in enumerate(asked.counted()):
-        inherited = None if up is None else up.payers[index]
         if cap is None:
-            payers[index] = inherited
-            continue
+            continue  # shares its parent's payer (or stays uncapped)
+        inherited = payers[index]
         payers[index] = node
         if inherited is None:
             own[index] = Account(limit=cap)
             continue
-        account = _account(nodes, inherited, index)
+        account = _own(nodes, edits, inherited, index)
         carved = carve_from(account.remaining, cap)
         if carved is None:
             raise _exhausted(COUNTED[index], inherited)
         own[index] = Account(limit=carved)
-        nodes = _with_account(
-            nodes, inherited, index, attrs.evolve(account, carved=account.carved + carved)
+        _edit(nodes, edits, inherited)[1][index] = Account(
+            account.limit, account.consumed, account.reserved, account.carved + carved
         )
     deadline = child_deadline(now_ms, asked.wall_ms, None if up is None else up.deadline_ms)
     if parent is not None:
-        above = nodes[parent]
-        nodes = nodes.set(parent, attrs.evolve(above, open_children=above.open_children + 1))
+        _edit(nodes, edits, parent)[2][0] += 1
     opened = Node(
         parent=parent,
         own=(own[0], own[1], own[2]),
         payers=(payers[0], payers[1], payers[2]),
         deadline_ms=deadline,
     )
-    return attrs.evolve(ledger, nodes=nodes.set(node, opened))
+    return Ledger(
+        _written(nodes, edits).set(node, opened), ledger.reservations, ledger.next_reservation
+    )
 
 
 def reserve(
@@ -288,34 +313,34 @@ def reserve(
     opened = _node(ledger, node)
     if opened.deadline_ms is not None and now_ms >= opened.deadline_ms:
         return Exhausted(Dimension.WALL_TIME)
+    wants, leasts = want.as_tuple(), at_least.as_tuple()
     granted = [0, 0, 0]
     nodes = ledger.nodes
-    for index, (wanted, least) in enumerate(zip(want.as_tuple(), at_least.as_tuple(), strict=True)):
+    edits: dict[str, _Edit] = {node: (opened, list(opened.own), [0, 1])}
+    for index, payer in enumerate(opened.payers):
+        wanted, least = wants[index], leasts[index]
         if not 0 <= least <= wanted:
             raise invalid(
                 f"want.{COUNTED[index].value}",
                 f"need 0 <= at_least <= want, got {least} and {wanted}",
             )
-        payer = opened.payers[index]
-        if payer is None:
+        if payer is None:  # uncapped here: nothing to book
             granted[index] = wanted
             continue
-        account = _account(nodes, payer, index)
+        account = _own(nodes, edits, payer, index)
         amount = grant_from(account.remaining, wanted, least)
         if amount is None:
             return Exhausted(COUNTED[index])
         granted[index] = amount
-        nodes = _with_account(
-            nodes, payer, index, attrs.evolve(account, reserved=account.reserved + amount)
+        edits[payer][1][index] = Account(
+            account.limit, account.consumed, account.reserved + amount, account.carved
         )
-    me = nodes[node]
-    nodes = nodes.set(node, attrs.evolve(me, outstanding=me.outstanding + 1))
     reservation = Reservation(ledger.next_reservation, node, Amounts(*granted))
     return (
         Ledger(
-            nodes=nodes,
-            reservations=ledger.reservations.set(reservation.id, reservation),
-            next_reservation=ledger.next_reservation + 1,
+            _written(nodes, edits),
+            ledger.reservations.set(reservation.id, reservation),
+            ledger.next_reservation + 1,
         ),
         reservation,
     )
@@ -330,29 +355,28 @@ def settle(ledger: Ledger, reservation: int, used: Amounts | None) -> Ledger:
             f"reservation {reservation} is not outstanding",
             field="reservation",
         )
-    charge = held.granted if used is None else used
-    opened = ledger.nodes[held.node]
+    grants = held.granted.as_tuple()
+    spent = grants if used is None else used.as_tuple()
     nodes = ledger.nodes
-    for index, (granted, spent) in enumerate(
-        zip(held.granted.as_tuple(), charge.as_tuple(), strict=True)
-    ):
-        if spent < 0:
-            raise invalid(f"used.{COUNTED[index].value}", f"must be non-negative, got {spent}")
-        payer = opened.payers[index]
+    opened = nodes[held.node]
+    edits: dict[str, _Edit] = {held.node: (opened, list(opened.own), [0, -1])}
+    for index, payer in enumerate(opened.payers):
+        if spent[index] < 0:
+            raise invalid(
+                f"used.{COUNTED[index].value}", f"must be non-negative, got {spent[index]}"
+            )
         if payer is None:
             continue
-        account = _account(nodes, payer, index)
-        nodes = _with_account(
-            nodes,
-            payer,
-            index,
-            attrs.evolve(
-                account, reserved=account.reserved - granted, consumed=account.consumed + spent
-            ),
+        account = _own(nodes, edits, payer, index)
+        edits[payer][1][index] = Account(
+            account.limit,
+            account.consumed + spent[index],
+            account.reserved - grants[index],
+            account.carved,
         )
-    me = nodes[held.node]
-    nodes = nodes.set(held.node, attrs.evolve(me, outstanding=me.outstanding - 1))
-    return attrs.evolve(ledger, nodes=nodes, reservations=ledger.reservations.remove(reservation))
+    return Ledger(
+        _written(nodes, edits), ledger.reservations.remove(reservation), ledger.next_reservation
+    )
 
 
 def close(ledger: Ledger, node: str) -> Ledger:
@@ -365,46 +389,42 @@ def close(ledger: Ledger, node: str) -> Ledger:
             f"{opened.open_children} open children",
             field="node",
         )
-    parent = None if opened.parent is None else ledger.nodes[opened.parent]
     nodes = ledger.nodes.remove(node)
+    if opened.parent is None:
+        return Ledger(nodes, ledger.reservations, ledger.next_reservation)
+    edits: dict[str, _Edit] = {}
+    parent = _edit(nodes, edits, opened.parent)
+    parent[2][0] -= 1
     for index, account in enumerate(opened.own):
-        payer = None if parent is None else parent.payers[index]
+        payer = parent[0].payers[index]
         if account is None or payer is None:
             continue
-        above = _account(nodes, payer, index)
-        nodes = _with_account(
-            nodes,
-            payer,
-            index,
-            attrs.evolve(
-                above,
-                carved=above.carved - account.limit,
-                consumed=above.consumed + account.consumed,
-            ),
+        above = _own(nodes, edits, payer, index)
+        edits[payer][1][index] = Account(
+            above.limit,
+            above.consumed + account.consumed,
+            above.reserved,
+            above.carved - account.limit,
         )
-    if opened.parent is not None:
-        above_node = nodes[opened.parent]
-        nodes = nodes.set(
-            opened.parent, attrs.evolve(above_node, open_children=above_node.open_children - 1)
-        )
-    return attrs.evolve(ledger, nodes=nodes)
+    return Ledger(_written(nodes, edits), ledger.reservations, ledger.next_reservation)
 
 
 def charge(ledger: Ledger, node: str, used: Amounts) -> Ledger:
     """Charge ``used`` to ``node``'s payers without a reservation (usage folded from a log)."""
     opened = _node(ledger, node)
     nodes = ledger.nodes
+    edits: dict[str, _Edit] = {}
     for index, spent in enumerate(used.as_tuple()):
         if spent < 0:
             raise invalid(f"used.{COUNTED[index].value}", f"must be non-negative, got {spent}")
         payer = opened.payers[index]
         if payer is None or spent == 0:
             continue
-        account = _account(nodes, payer, index)
-        nodes = _with_account(
-            nodes, payer, index, attrs.evolve(account, consumed=account.consumed + spent)
+        account = _own(nodes, edits, payer, index)
+        edits[payer][1][index] = Account(
+            account.limit, account.consumed + spent, account.reserved, account.carved
         )
-    return attrs.evolve(ledger, nodes=nodes)
+    return Ledger(_written(nodes, edits), ledger.reservations, ledger.next_reservation)
 
 
 MINIMAL_REQUEST: Final = Amounts(1, 1, 1)
@@ -429,31 +449,31 @@ def raise_caps(ledger: Ledger, node: str, budget: Budget, now_ms: int) -> Ledger
     budget = validate_budget(budget, "budget")
     parent = None if opened.parent is None else ledger.nodes[opened.parent]
     nodes = ledger.nodes
+    edits: dict[str, _Edit] = {}
     for index, cap in enumerate(budget.counted()):
         if cap is None:
             continue
         field = f"budget.{COUNTED[index].value}"
         if opened.payers[index] != node:
             raise invalid(field, f"{node!r} has no cap of its own here; raise its payer's")
-        mine = _account(nodes, node, index)
+        mine = _own(nodes, edits, node, index)
         extra = cap - mine.limit
         if extra <= 0:
             continue
         payer = None if parent is None else parent.payers[index]
         if payer is not None:
-            above = _account(nodes, payer, index)
+            above = _own(nodes, edits, payer, index)
             if carve_from(above.remaining, extra) != extra:
                 raise _exhausted(COUNTED[index], payer)
-            nodes = _with_account(
-                nodes, payer, index, attrs.evolve(above, carved=above.carved + extra)
-            )
-        nodes = _with_account(nodes, node, index, attrs.evolve(mine, limit=cap))
+            edits[payer][1][index] = attrs.evolve(above, carved=above.carved + extra)
+        edits[node][1][index] = attrs.evolve(mine, limit=cap)
     deadline = opened.deadline_ms
     if budget.wall_ms is not None and deadline is not None:
         later = child_deadline(
             now_ms, budget.wall_ms, None if parent is None else parent.deadline_ms
         )
         deadline = max(deadline, later or deadline)
+    nodes = _written(nodes, edits)
     me = nodes[node]
     return attrs.evolve(ledger, nodes=nodes.set(node, attrs.evolve(me, deadline_ms=deadline)))
 
@@ -469,7 +489,7 @@ def remaining(ledger: Ledger, node: str) -> Budget:
     """What ``node`` may still reserve per dimension (None: uncapped), for listings."""
     opened = _node(ledger, node)
     counted = [
-        None if payer is None else max(_account(ledger.nodes, payer, index).remaining, 0)
+        None if payer is None else max(_own(ledger.nodes, {}, payer, index).remaining, 0)
         for index, payer in enumerate(opened.payers)
     ]
     return Budget(counted[0], counted[1], counted[2], None)
