@@ -323,3 +323,38 @@ def test_budget_17_usage_is_optional_and_max_tokens_reaches_every_request() -> N
             assert [r.max_tokens for r in unmetered.requests] == [None]
 
     asyncio.run(main())
+
+
+def test_budget_16_a_cold_childs_listing_folds_its_remaining_budget_from_the_stored_log(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "sessions.db"
+    model_for = by_parent(NullModel(), lambda: NullModel("ok", usage=Usage(7, 4)))
+    caps = Budget(model_requests=3, input_tokens=100)
+
+    async def first() -> SessionId:
+        async with ReferenceHarness.open(model_for, db=db) as harness:  # type: ignore[arg-type]
+            parent = await harness.create_agent("parent")
+            spec = ContinuableStartSpec("spawn", "helper", parent, "first", budget=caps)
+            started = await harness.service.start_continuable(spec)
+            child = harness.registry.get(started.child_id)
+            assert child is not None
+            await child.when_idle()
+            return started.child_id
+
+    async def second(child_id: SessionId) -> None:
+        async with ReferenceHarness.open(model_for, db=db) as harness:  # type: ignore[arg-type]
+            parent = await harness.resume_agent("parent")
+            assert harness.service.remaining_budget(child_id) is None  # no node open here
+            [row] = await harness.service.list_children(parent.id)
+            assert isinstance(row, ChildRow) and row.id == child_id
+            assert row.budget == Budget(model_requests=2, input_tokens=93)
+            assert render_entry(row, "idle").endswith(
+                "helper (budget left: model_requests=2 input_tokens=93)"
+            )
+            [below] = await harness.service.list_descendants(parent.id)
+            assert below.row == row
+            assert harness.registry.get(child_id) is None  # listed, never loaded
+
+    child_id = asyncio.run(first())
+    asyncio.run(second(child_id))

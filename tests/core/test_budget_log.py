@@ -15,6 +15,7 @@ from dsh_subagent.core.budget_log import (
     decode_budget,
     exhausted_limit,
     fold_budget,
+    stored_remaining,
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import TURN_END, JsonValue, SessionEvent, TurnEndReason
@@ -55,6 +56,21 @@ def test_budget_15_a_damaged_record_is_a_corrupt_session(
     with pytest.raises(SubagentError) as caught:
         fold_budget(log(event))
     assert (caught.value.code, caught.value.field) == (ErrorCode.CORRUPT_SESSION, field)
+
+
+def test_budget_16_a_stored_log_folds_the_remaining_of_its_own_caps() -> None:
+    assert stored_remaining([]) is None  # no budget recorded
+    assert stored_remaining(log((BUDGET_SET, budget_data(Budget(wall_ms=5))))) is None
+    events = log(
+        (BUDGET_SET, budget_data(Budget(model_requests=3, output_tokens=10, wall_ms=5))),
+        (BUDGET_CHARGED, charged_data(Amounts(1, 40, 4))),
+        (BUDGET_CHARGED, charged_data(Amounts(1, 40, 9))),
+    )
+    # Own caps less the charges (never below 0); the shared input and wall time are unknown.
+    assert stored_remaining(events) == Budget(model_requests=1, output_tokens=0)
+    with pytest.raises(SubagentError) as caught:
+        stored_remaining(log((BUDGET_SET, {"coffee": 1})))
+    assert caught.value.code is ErrorCode.CORRUPT_SESSION
 
 
 def test_budget_13_the_last_turn_end_names_the_exhausted_limit() -> None:

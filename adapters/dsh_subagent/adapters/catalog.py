@@ -19,7 +19,9 @@ Theory of operation
    candidates run in a pool of ``min(COLD_READ_CONCURRENCY, n)`` workers, results kept in
    candidate order (LIST-10): a cache row first (a raising read is a silent miss, LIST-8),
    else one ``inspect`` folded through ``registry.restore`` from seq 0 (LIST-9). A candidate
-   the core marked as a parent cycle is its diagnostic row, with nothing read.
+   the core marked as a parent cycle is its diagnostic row, with nothing read. An inspected
+   child row carries the remaining budget its stored log records (``stored_remaining``,
+   BUDGET-16); a budget node open in the service overrides it there.
 5. Cancellation is checked before and after the persisted listing, before and after each
    inspection (success and failure) and after all rows; every persistence read races the
    signal. Every abort observed anywhere becomes ``SubagentError(CANCELLED)`` (LIST-14).
@@ -33,6 +35,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Protocol
 
+import attrs
+
 from dsh_subagent.adapters.protocols import (
     ProjectionCache,
     ProjectionRegistry,
@@ -40,11 +44,13 @@ from dsh_subagent.adapters.protocols import (
     SessionRecord,
 )
 from dsh_subagent.adapters.signals import AbortSignal, race_abort
+from dsh_subagent.core.budget_log import stored_remaining
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.jsonvalue import require_str
 from dsh_subagent.core.listing import (
     COLD_READ_CONCURRENCY,
     CacheRow,
+    ChildRow,
     Corpus,
     DescendantRow,
     Inspected,
@@ -65,7 +71,7 @@ from dsh_subagent.core.listing import (
     same_lifecycle,
 )
 from dsh_subagent.core.projections import IDENTITY_KEY, Identity, identity_from_view
-from dsh_subagent.core.values import SessionHeader, SessionId
+from dsh_subagent.core.values import SessionEvent, SessionHeader, SessionId
 
 
 class ListingSessions(Protocol):
@@ -209,7 +215,18 @@ class _Listing:
             outcome = Inspected(record.header, identity_from_view(values.get(IDENTITY_KEY)))
         except Exception as error:
             outcome = Inspected(record.header, None, fold_error=f"projection fold failed: {error}")
-        return resolve_inspection(header, children, outcome)
+        return _with_stored_budget(resolve_inspection(header, children, outcome), record.events)
+
+
+def _with_stored_budget(row: ListingRow, events: Sequence[SessionEvent]) -> ListingRow:
+    """``row`` with the remaining budget its stored log records (BUDGET-16), if any."""
+    if not isinstance(row, ChildRow):
+        return row
+    try:
+        left = stored_remaining(events)
+    except SubagentError:
+        return row  # derived data: a damaged budget record renders no budget
+    return row if left is None else attrs.evolve(row, budget=left)
 
 
 async def _prepare(

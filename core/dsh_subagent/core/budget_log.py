@@ -11,6 +11,8 @@ Theory of operation
    a budget is kept only in memory; a restarted process reopens the node from this fold.
 4. ``budget/exhausted`` turn ends name the limit reached (``turn/end.limit``);
    ``exhausted_limit`` reads it back for the notice and the tool result.
+5. ``stored_remaining`` is the listing projection of a cold child: its own caps less its
+   charges, read from the stored log without loading the child.
 """
 
 from __future__ import annotations
@@ -98,6 +100,27 @@ def fold_budget(events: Sequence[SessionEvent]) -> BudgetRecord:
     return BudgetRecord(budget, Amounts(*totals))
 
 
+def stored_remaining(events: Sequence[SessionEvent]) -> Budget | None:
+    """What a stored (cold) child may still spend by its own caps, folded from its log
+    (rule 5): each recorded cap less the charges, never below 0. None when the log records
+    no counted cap (nothing of its own to show); a dimension it shares with its parent and
+    wall time are None (they are known only where its node is open).
+
+    raises: SubagentError
+    """
+    record = fold_budget(events)
+    if record.budget is None:
+        return None
+    caps = record.budget.counted()
+    if caps == (None, None, None):
+        return None
+    left = [
+        None if cap is None else max(cap - used, 0)
+        for cap, used in zip(caps, record.consumed.as_tuple(), strict=True)
+    ]
+    return Budget(left[0], left[1], left[2], None)
+
+
 def exhausted_limit(events: Sequence[SessionEvent]) -> Dimension | None:
     """The limit the last ``turn/end`` names when it ended ``budget-exhausted`` (rule 4)."""
     for event in reversed(events):
@@ -123,4 +146,5 @@ __all__ = [
     "decode_budget",
     "exhausted_limit",
     "fold_budget",
+    "stored_remaining",
 ]
