@@ -347,7 +347,8 @@ def test_budget_16_a_cold_childs_listing_folds_its_remaining_budget_from_the_sto
             parent = await harness.resume_agent("parent")
             assert harness.service.remaining_budget(child_id) is None  # no node open here
             [row] = await harness.service.list_children(parent.id)
-            assert isinstance(row, ChildRow) and row.id == child_id
+            assert isinstance(row, ChildRow)
+            assert row.id == child_id
             assert row.budget == Budget(model_requests=2, input_tokens=93)
             assert render_entry(row, "idle").endswith(
                 "helper (budget left: model_requests=2 input_tokens=93)"

@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from dsh_subagent.adapters.providers.acp import AcpProvider
 from dsh_subagent.adapters.providers.base import (
     ABORTED_BEFORE_PUBLICATION,
     ResolvedStartRequest,
+    can_meter_budgets,
     can_prepare_continuable,
 )
+from dsh_subagent.adapters.providers.fork import ForkProvider
 from dsh_subagent.adapters.providers.out_of_process import (
     DIAGNOSTIC_LIMIT,
     NO_START_CAPABILITIES,
@@ -26,7 +29,9 @@ from dsh_subagent.adapters.providers.out_of_process import (
     resolve_child_cwd,
     validate_configured_cwd,
 )
+from dsh_subagent.adapters.providers.spawn import SpawnProvider
 from dsh_subagent.adapters.signals import AbortController
+from dsh_subagent.core.budget import Budget
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.lifecycle import SUBAGENT_END, SUBAGENT_START, RunStartInfo
 from dsh_subagent.core.values import KnownStop, SessionId, SubagentResult, ToolFilter
@@ -109,6 +114,36 @@ def test_oop_1_no_start_capabilities_and_no_continuable_preparation() -> None:
                 await world.service.start("remote", ask(parent, **fields))
             assert caught.value.code is ErrorCode.UNSUPPORTED_CAPABILITY
         assert remote.trace == []
+
+    run(main)
+
+
+def test_budget_12_a_budgeted_start_through_a_provider_that_cannot_meter_is_refused() -> None:
+    assert can_meter_budgets(SpawnProvider)
+    assert can_meter_budgets(ForkProvider)
+    assert not can_meter_budgets(RemoteDouble)
+    assert not can_meter_budgets(AcpProvider)
+
+    async def main() -> None:
+        world = World()
+        remote = RemoteDouble()
+        world.service.register_provider(remote)
+        parent = await world.parent()
+        with pytest.raises(SubagentError) as caught:
+            await world.service.start("remote", ask(parent, budget=Budget(model_requests=1)))
+        assert (caught.value.code, caught.value.field) == (
+            ErrorCode.UNSUPPORTED_CAPABILITY,
+            "request.budget",
+        )
+        world.service.set_budget(parent, Budget(model_requests=5))
+        with pytest.raises(SubagentError) as caught:
+            await world.service.start("remote", ask(parent))  # would escape the parent's caps
+        assert (caught.value.code, caught.value.field) == (
+            ErrorCode.UNSUPPORTED_CAPABILITY,
+            "request.parent",
+        )
+        assert remote.trace == []  # nothing launched
+        assert world.service.remaining_budget(parent.id) == Budget(model_requests=5)
 
     run(main)
 

@@ -25,6 +25,9 @@ Theory of operation
    live log, or at its next activation.
 6. Wall time is a deadline from the moment the node opens (in this process): a cold resume
    starts the recorded wall time afresh.
+7. Only a provider whose children are the seam's own agents can meter them
+   (``providers.base.can_meter_budgets``); ``refuse_unmetered`` refuses a budgeted start
+   through any other one (out of process, ACP) before anything is carved or created.
 """
 
 from __future__ import annotations
@@ -149,6 +152,24 @@ class BudgetBook:
             )
 
     # ------------------------------------------------------------------ children (rule 3)
+
+    def refuse_unmetered(self, provider: str, parent: SessionId, asked: Budget | None) -> None:
+        """``UNSUPPORTED_CAPABILITY`` when a start through ``provider``, which cannot meter
+        its children (rule 7), would be budgeted: it asks for a budget, or its parent has one
+        (its requests would escape the tree's caps unseen)."""
+        if asked is not None:
+            raise SubagentError(
+                ErrorCode.UNSUPPORTED_CAPABILITY,
+                f"provider {provider!r} cannot meter a child's model requests against a budget",
+                field="request.budget",
+            )
+        if parent in self._node_of:
+            raise SubagentError(
+                ErrorCode.UNSUPPORTED_CAPABILITY,
+                f"provider {provider!r} cannot meter a child's model requests against the "
+                f"budget of its parent {parent}",
+                field="request.parent",
+            )
 
     def carve(
         self, parent: SessionId | None, node: str, asked: Budget | None

@@ -44,8 +44,9 @@ Theory of operation
    ``.name`` serves both events, and the live provider is ``get_provider(name)`` away while
    ``provider-added`` runs (EVT-1).
 7. Budgets (BUDGET-12, ``docs/budgets.md``): the service's ``BudgetBook`` carves a start's
-   budget before the provider starts it and closes it when the run settles; the host sets
-   a root's budget and raises a child's.
+   budget before the provider starts it and closes it when the run settles (a provider
+   that cannot meter its children gets no budgeted start); the host sets a root's budget
+   and raises a child's.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ from dsh_subagent.adapters.providers.base import (
     StartRequest,
     SubagentProvider,
     SubagentRun,
+    can_meter_budgets,
     can_prepare_continuable,
     render_error,
 )
@@ -309,6 +311,8 @@ class SubagentService:
                 field="name",
             )
         resolved = resolve_start_request(name, provider, request, self.limits)
+        if not can_meter_budgets(provider):  # before anything is carved or created
+            self.budgets.refuse_unmetered(name, resolved.parent.id, request.budget)
         child_budget = self.budgets.carve(
             resolved.parent.id, f"run:{resolved.run_id}", request.budget
         )

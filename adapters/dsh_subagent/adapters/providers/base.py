@@ -24,6 +24,9 @@ Theory of operation
    settle or release one another (REG-9).
 5. A run is an async context manager: ``async with run:`` disposes it on exit, however the
    block ends. ``DisposeOnExit`` gives any run class that behaviour from its ``dispose``.
+6. A provider that meters its children against a tree budget declares ``meters_budgets =
+   True`` (``can_meter_budgets``); the service refuses a budgeted start through any other
+   provider before anything is created (BUDGET-12).
 """
 
 from __future__ import annotations
@@ -198,6 +201,13 @@ def can_prepare_continuable(provider: object) -> bool:
     return callable(getattr(provider, "prepare_continuable", None))
 
 
+def can_meter_budgets(provider: object) -> bool:
+    """Whether ``provider`` meters its children's model requests against a tree budget: it
+    declares ``meters_budgets = True`` (the in-process providers, whose children are the
+    seam's own agents). Any other provider's start cannot be budgeted (BUDGET-12)."""
+    return getattr(provider, "meters_budgets", False) is True
+
+
 def render_error(error: BaseException) -> str:
     """A one-line rendering of ``error`` that never raises."""
     try:
@@ -346,6 +356,7 @@ __all__ = [
     "SubagentProvider",
     "SubagentRun",
     "aborted_before_publication",
+    "can_meter_budgets",
     "can_prepare_continuable",
     "render_error",
 ]

@@ -34,6 +34,7 @@ class ForkProvider:
 
     inherits_parent_context: Final = True
     capabilities: Final = IN_PROCESS_CAPABILITIES
+    meters_budgets: Final = True  # its children are the seam's agents (BUDGET-12)
 
     def __init__(self, host: InProcessHost, *, name: str = "fork") -> None:
         self.name: Final = require_str(name, "name", non_empty=True)

@@ -33,6 +33,7 @@ class SpawnProvider:
 
     inherits_parent_context: Final = False
     capabilities: Final = IN_PROCESS_CAPABILITIES
+    meters_budgets: Final = True  # its children are the seam's agents (BUDGET-12)
 
     def __init__(self, host: InProcessHost, *, name: str = "spawn") -> None:
         self.name: Final = require_str(name, "name", non_empty=True)
