@@ -67,6 +67,8 @@ COUNTED: Final = (Dimension.MODEL_REQUESTS, Dimension.INPUT_TOKENS, Dimension.OU
 """The dimensions kept as accounts, in the order ``Amounts`` and ``Node`` tuples use."""
 DIMENSIONS: Final = (*COUNTED, Dimension.WALL_TIME)
 """Every dimension, in ``Budget`` field order (iterating the enum itself is slow)."""
+COUNTED_NAMES: Final = tuple(dimension.value for dimension in COUNTED)
+"""The wire names of ``COUNTED`` (reading an enum's ``value`` costs a descriptor call)."""
 
 
 @attrs.frozen
@@ -101,11 +103,12 @@ def validate_budget(value: object, field: str) -> Budget:
     """
     if not isinstance(value, Budget):
         raise invalid(field, "must be a Budget")
-    for dimension in DIMENSIONS:
-        cap = getattr(value, dimension.value)
+    caps = (value.model_requests, value.input_tokens, value.output_tokens, value.wall_ms)
+    for index, cap in enumerate(caps):
         if cap is not None and (type(cap) is not int or cap < 0):
             raise invalid(
-                f"{field}.{dimension.value}", f"must be a non-negative integer or None, got {cap!r}"
+                f"{field}.{DIMENSIONS[index].value}",
+                f"must be a non-negative integer or None, got {cap!r}",
             )
     return value
 
@@ -321,18 +324,20 @@ def reserve(
         wanted, least = wants[index], leasts[index]
         if not 0 <= least <= wanted:
             raise invalid(
-                f"want.{COUNTED[index].value}",
+                f"want.{COUNTED_NAMES[index]}",
                 f"need 0 <= at_least <= want, got {least} and {wanted}",
             )
         if payer is None:  # uncapped here: nothing to book
             granted[index] = wanted
             continue
-        account = _own(nodes, edits, payer, index)
+        own = (edits.get(payer) or _edit(nodes, edits, payer))[1]
+        account = own[index]
+        assert account is not None, "a payer owns its account"
         amount = grant_from(account.remaining, wanted, least)
         if amount is None:
             return Exhausted(COUNTED[index])
         granted[index] = amount
-        edits[payer][1][index] = Account(
+        own[index] = Account(
             account.limit, account.consumed, account.reserved + amount, account.carved
         )
     reservation = Reservation(ledger.next_reservation, node, Amounts(*granted))
@@ -497,6 +502,7 @@ def remaining(ledger: Ledger, node: str) -> Budget:
 
 __all__ = [
     "COUNTED",
+    "COUNTED_NAMES",
     "DIMENSIONS",
     "Account",
     "Amounts",

@@ -22,7 +22,7 @@ from typing import Final
 
 import attrs
 
-from dsh_subagent.core.budget import COUNTED, DIMENSIONS, Amounts, Budget, Dimension
+from dsh_subagent.core.budget import COUNTED, COUNTED_NAMES, DIMENSIONS, Amounts, Budget, Dimension
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.values import TURN_END, JsonObject, JsonValue, SessionEvent, TurnEndReason
 
@@ -41,7 +41,7 @@ def budget_data(budget: Budget) -> JsonObject:
 
 def charged_data(used: Amounts) -> JsonObject:
     """The ``budget/charged`` payload of one settled request."""
-    return {d.value: count for d, count in zip(COUNTED, used.as_tuple(), strict=True)}
+    return dict(zip(COUNTED_NAMES, used.as_tuple(), strict=True))
 
 
 def _count(data: Mapping[str, JsonValue], key: str, field: str) -> int | None:
