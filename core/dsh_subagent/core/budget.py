@@ -272,11 +272,14 @@ def _open(ledger: Ledger, node: str, parent: str | None, asked: Budget, now_ms: 
         raise SubagentError(
             ErrorCode.DUPLICATE_CHILD, f"budget node {node!r} is already open", field="node"
         )
-    up = None if parent is None else _node(ledger, parent)
-    if up is not None and up.deadline_ms is not None and now_ms >= up.deadline_ms:
-        raise _exhausted(Dimension.WALL_TIME, parent or node)
-    nodes = ledger.nodes
     edits: dict[str, _Edit] = {}
+    up: Node | None = None
+    if parent is not None:
+        up = _node(ledger, parent)
+        if up.deadline_ms is not None and now_ms >= up.deadline_ms:
+            raise _exhausted(Dimension.WALL_TIME, parent)
+        edits[parent] = (up, list(up.own), [1, 0])  # one more open child
+    nodes = ledger.nodes
     own: list[Account | None] = [None, None, None]
     payers: list[str | None] = [None, None, None] if up is None else list(up.payers)
     for index, cap in enumerate(asked.counted()):
@@ -296,8 +299,6 @@ def _open(ledger: Ledger, node: str, parent: str | None, asked: Budget, now_ms: 
             account.limit, account.consumed, account.reserved, account.carved + carved
         )
     deadline = child_deadline(now_ms, asked.wall_ms, None if up is None else up.deadline_ms)
-    if parent is not None:
-        _edit(nodes, edits, parent)[2][0] += 1
     opened = Node(
         parent=parent,
         own=(own[0], own[1], own[2]),
