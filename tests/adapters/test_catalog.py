@@ -33,6 +33,8 @@ from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
 from dsh_subagent.adapters.reference.session import LiveSession, SessionStore
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.adapters.signals import AbortController
+from dsh_subagent.core.budget import Budget
+from dsh_subagent.core.budget_log import BUDGET_CHARGED, BUDGET_SET
 from dsh_subagent.core.descriptor import descriptor_to_payload
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.listing import (
@@ -521,6 +523,24 @@ def test_list_9_corrupt_when_lifecycle_fold_or_identity_fails() -> None:
         ]
         assert rows[-1] == ChildRow(sid("fine"), Activity.INACTIVE, False, Mode.ONE_SHOT, None)
         assert "inspect republished" in world.spy.calls
+
+    run(main)
+
+
+def test_budget_16_a_cold_row_carries_the_budget_its_log_records() -> None:
+    async def main() -> None:
+        world = World()
+        for name, caps in (("capped", {"model_requests": 3}), ("damaged", {"coffee": 1})):
+            session = world.make(name)
+            session.append(BUDGET_SET, caps)
+            session.append(BUDGET_CHARGED, {"model_requests": 1})
+            await world.memory.create(session.header, session.events)
+        await world.cold("unbudgeted")
+        rows = {row.id: row for row in await world.children() if isinstance(row, ChildRow)}
+        assert rows[sid("capped")].budget == Budget(model_requests=2)
+        assert rows[sid("damaged")].budget is None  # derived data: a damaged record, no budget
+        assert rows[sid("damaged")].activity is Activity.INACTIVE  # the row itself stands
+        assert rows[sid("unbudgeted")].budget is None
 
     run(main)
 
