@@ -124,6 +124,12 @@ class ModelBook:
         """Append steps to ``agent``'s script."""
         self.model(agent).extend(items)
 
+    def held(self, agent: str, step: ScriptItem, *after: ScriptItem) -> Gate:
+        """Script ``agent``'s next step to wait at a new gate (returned), then ``after``."""
+        gate = Gate()
+        self.script(agent, Gated(gate, step), *after)
+        return gate
+
     def __call__(self, session: Session, _options: AgentOptions) -> Model:
         return self.model(session.id)
 
@@ -222,8 +228,7 @@ async def parked(
 ) -> tuple[Agent, Gate]:
     """Agent ``a`` in its first turn on ``first``, its model step held at the returned gate
     (opened, it answers "never"; ``after`` is scripted next)."""
-    gate = Gate()
-    book.script("a", Gated(gate, reply("never")), *after)
+    gate = book.held("a", reply("never"), *after)
     agent = await harness.create_agent("a")
     agent.followup(first)
     await gate.reached()

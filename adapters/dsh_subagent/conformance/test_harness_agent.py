@@ -102,8 +102,7 @@ async def test_harness_1_agent_id_options_session_status_and_scope(
 async def test_harness_2_status_is_running_while_a_driver_runs_then_idle(
     h: HarnessUnderTest, book: ModelBook
 ) -> None:
-    gate = Gate()
-    book.script("a", Gated(gate, reply("done")))
+    gate = book.held("a", reply("done"))
     agent = await h.create_agent("a")
     trace = Trace(agent)
     agent.followup(msg("hi"))
@@ -172,8 +171,7 @@ async def test_harness_3_waking_send_into_an_aborted_turn_is_redirected_and_latc
 async def test_harness_3_a_latched_wake_cleared_by_cancel_does_not_replay(
     h: HarnessUnderTest, book: ModelBook
 ) -> None:
-    gate = Gate()
-    book.script("a", Gated(gate, reply("never")))
+    gate = book.held("a", reply("never"))
     agent = await h.create_agent("a")
     trace = Trace(agent)
     agent.followup(msg("first"))
@@ -350,8 +348,7 @@ async def test_harness_7_when_idle_follows_a_replacement_activity(
 async def test_harness_8_maintenance_starts_only_from_true_idle(
     h: HarnessUnderTest, book: ModelBook
 ) -> None:
-    gate = Gate()
-    book.script("a", Gated(gate, reply("x")))
+    gate = book.held("a", reply("x"))
     agent = await h.create_agent("a")
     agent.followup(msg("x"))
 
@@ -451,8 +448,7 @@ async def test_harness_9_turn_numbers_continue_from_seed_history(
 async def test_harness_9_max_tokens_is_sticky_across_later_steps(
     h: HarnessUnderTest, book: ModelBook
 ) -> None:
-    gate = Gate()
-    book.script("a", Gated(gate, hit_max_tokens("cut")), reply("fine"))
+    gate = book.held("a", hit_max_tokens("cut"), reply("fine"))
     agent = await h.create_agent("a")
     agent.followup(msg("x"))
     await gate.reached()
@@ -479,8 +475,7 @@ async def test_harness_9_a_model_error_ends_the_turn_and_the_driver(
 async def test_harness_9_an_abort_ends_the_driver_and_pending_input_waits(
     h: HarnessUnderTest, book: ModelBook
 ) -> None:
-    gate = Gate()
-    book.script("a", Gated(gate, reply("never")))
+    gate = book.held("a", reply("never"))
     agent = await h.create_agent("a")
     agent.followup(msg("one"))
     two = msg("two")

@@ -22,7 +22,7 @@ from dsh_subagent.adapters.protocols import (
     ToolCall,
     ToolOutcome,
 )
-from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, call_tool, fail, reply
+from dsh_subagent.adapters.reference.scripted_model import call_tool, fail, reply
 from dsh_subagent.adapters.signals import AbortController, AbortSignal, Scope
 from dsh_subagent.conformance.probes import msg, reasons, turn_ends
 from dsh_subagent.conformance.support import (
@@ -204,8 +204,7 @@ async def test_harness_17_resuming_an_unknown_id_raises_and_publishes_nothing(
 async def test_harness_18_dispose_aborts_a_running_turn_with_cause_disposed(
     h: HarnessUnderTest, book: ModelBook
 ) -> None:
-    gate = Gate()
-    book.script("a", Gated(gate, reply("never")))
+    gate = book.held("a", reply("never"))
     handle = await h.registry.create(CreateOptions(A))
     handle.agent.followup(msg("work"))
     await gate.reached()

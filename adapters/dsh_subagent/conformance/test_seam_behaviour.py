@@ -14,7 +14,7 @@ from dsh_subagent.adapters.continuation_types import (
 )
 from dsh_subagent.adapters.protocols import Agent
 from dsh_subagent.adapters.providers.base import StartRequest
-from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, fail, reply
+from dsh_subagent.adapters.reference.scripted_model import fail, reply
 from dsh_subagent.adapters.service import LifecyclePayload
 from dsh_subagent.adapters.signals import AbortController
 from dsh_subagent.conformance.probes import reasons
@@ -130,8 +130,7 @@ async def test_cont_14_followup_wakes_a_settled_child_for_a_new_turn(
 async def test_cont_23_interrupt_aborts_the_running_turn_and_keeps_the_queue(
     h: HarnessUnderTest, book: ModelBook
 ) -> None:
-    gate = Gate()
-    book.script("c1", Gated(gate, reply("never")))
+    gate = book.held("c1", reply("never"))
     parent = await h.create_agent("parent")
     spec = ContinuableStartSpec(
         "spawn", "c1", parent, (TextBlock("work"),), child_id=SessionId("c1")
@@ -186,8 +185,7 @@ async def test_harness_19_the_seam_reports_a_raising_final_flush_on_subagent_end
 async def test_harness_3_a_followup_right_after_an_interrupt_runs_once_the_abort_converges(
     h: HarnessUnderTest, book: ModelBook
 ) -> None:
-    gate = Gate()
-    book.script("c1", Gated(gate, reply("never")), reply("second"))
+    gate = book.held("c1", reply("never"), reply("second"))
     parent = await h.create_agent("parent")
     spec = ContinuableStartSpec(
         "spawn", "c1", parent, (TextBlock("work"),), child_id=SessionId("c1")
