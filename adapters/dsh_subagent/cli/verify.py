@@ -139,21 +139,15 @@ def _attempt(test: Callable[[], None]) -> tuple[str | None, tuple[str, ...]]:
 
 
 def _run_core(examples: int, steps: int, seed: int) -> MachineReport:
-    from hypothesis import HealthCheck, settings
     from hypothesis import seed as with_seed
     from hypothesis.stateful import get_state_machine_test
 
+    from dsh_subagent.spec.counting import machine_settings
     from dsh_subagent.spec.invariants import ALL_INVARIANTS
     from dsh_subagent.spec.machines import CoreMachine
 
     CoreMachine.reset_counts()
-    config = settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    config = machine_settings(examples, steps)
     failure, sequence = _attempt(
         with_seed(seed)(get_state_machine_test(CoreMachine, settings=config))
     )

@@ -21,6 +21,9 @@ Theory of operation
    harness that never reaches a gate or never goes idle fails with ``TimeBoundExceeded``,
    naming the awaits still pending (test line first, innermost last), instead of hanging.
    ``run`` bounds a whole test body; ``bounded`` one await on a loop the test owns.
+6. Most tests need one fresh in-memory harness: ``@harness_test`` turns an async
+   ``body(harness, book)`` into a pytest test taking ``dsh_harness`` that opens it, runs the
+   body under ``run`` and closes it; ``parked`` puts agent ``a`` in a turn held at a gate.
 """
 
 from __future__ import annotations
@@ -42,11 +45,17 @@ from dsh_subagent.adapters.protocols import (
     SessionStore,
 )
 from dsh_subagent.adapters.reference.harness import ReferenceHarness
-from dsh_subagent.adapters.reference.scripted_model import ScriptedModel, ScriptItem, reply
+from dsh_subagent.adapters.reference.scripted_model import (
+    Gate,
+    Gated,
+    ScriptedModel,
+    ScriptItem,
+    reply,
+)
 from dsh_subagent.adapters.service import SubagentService
 from dsh_subagent.adapters.signals import Subscribable, Unsubscribe
 from dsh_subagent.core.errors import invalid
-from dsh_subagent.core.values import AgentOptions, SessionId
+from dsh_subagent.core.values import AgentOptions, SessionId, UserMessage
 
 T = TypeVar("T")
 ModelFor = Callable[[Session, AgentOptions], Model]
@@ -114,6 +123,12 @@ class ModelBook:
     def script(self, agent: str, *items: ScriptItem) -> None:
         """Append steps to ``agent``'s script."""
         self.model(agent).extend(items)
+
+    def held(self, agent: str, step: ScriptItem, *after: ScriptItem) -> Gate:
+        """Script ``agent``'s next step to wait at a new gate (returned), then ``after``."""
+        gate = Gate()
+        self.script(agent, Gated(gate, step), *after)
+        return gate
 
     def __call__(self, session: Session, _options: AgentOptions) -> Model:
         return self.model(session.id)
@@ -188,6 +203,38 @@ def bounded(loop: asyncio.AbstractEventLoop, awaitable: Awaitable[T]) -> T:
     return loop.run_until_complete(_bounded(awaitable, time_bound()))
 
 
+def harness_test(
+    body: Callable[[HarnessUnderTest, ModelBook], Coroutine[Any, Any, None]],
+) -> Callable[[HarnessFactory], None]:
+    """A test taking ``dsh_harness``: ``body(harness, book)`` on a fresh in-memory harness
+    answering from ``book``, under ``run``'s bound; the harness closes after the body."""
+
+    def test(dsh_harness: HarnessFactory) -> None:
+        async def main() -> None:
+            book = ModelBook()
+            harness = await dsh_harness(book, None)
+            await body(harness, book)
+            await harness.close()
+
+        run(main)
+
+    test.__name__ = test.__qualname__ = body.__name__
+    test.__module__, test.__doc__ = body.__module__, body.__doc__
+    return test
+
+
+async def parked(
+    harness: HarnessUnderTest, book: ModelBook, first: UserMessage, *after: ScriptItem
+) -> tuple[Agent, Gate]:
+    """Agent ``a`` in its first turn on ``first``, its model step held at the returned gate
+    (opened, it answers "never"; ``after`` is scripted next)."""
+    gate = book.held("a", reply("never"), *after)
+    agent = await harness.create_agent("a")
+    agent.followup(first)
+    await gate.reached()
+    return agent, gate
+
+
 __all__ = [
     "DEFAULT_TIME_BOUND",
     "HarnessFactory",
@@ -197,7 +244,9 @@ __all__ = [
     "StoreUnderTest",
     "TimeBoundExceeded",
     "bounded",
+    "harness_test",
     "load_factory",
+    "parked",
     "reference_harness",
     "run",
     "time_bound",

@@ -14,11 +14,15 @@ from dsh_subagent.adapters.continuation_types import (
 )
 from dsh_subagent.adapters.protocols import Agent
 from dsh_subagent.adapters.providers.base import StartRequest
-from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, fail, reply
+from dsh_subagent.adapters.reference.scripted_model import fail, reply
 from dsh_subagent.adapters.service import LifecyclePayload
 from dsh_subagent.adapters.signals import AbortController
 from dsh_subagent.conformance.probes import reasons
-from dsh_subagent.conformance.support import HarnessFactory, ModelBook, run
+from dsh_subagent.conformance.support import (
+    HarnessUnderTest,
+    ModelBook,
+    harness_test,
+)
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.lifecycle import RunEndInfo, RunStartInfo
@@ -66,164 +70,132 @@ def notices(agent: Agent) -> list[UserMessage]:
     return found
 
 
-def test_one_4_one_shot_spawn_runs_a_child_and_settles_completed(
-    dsh_harness: HarnessFactory,
+@harness_test
+async def test_one_4_one_shot_spawn_runs_a_child_and_settles_completed(
+    h: HarnessUnderTest, book: ModelBook
 ) -> None:
-    async def main() -> None:
-        h = await dsh_harness(ModelBook(), None)
-        ends = Ends()
-        for name in ("subagent/start", "subagent/end"):
-            h.service.on(name, ends)
-        parent = await h.create_agent("parent")
-        request = StartRequest((TextBlock("do it"),), parent, AbortController().signal)
-        started = await h.service.start("spawn", request)
-        result = await started.result
-        await started.dispose()
-        assert result.stop_reason is KnownStop.COMPLETED
-        assert "ok" in str(result.output)
-        assert ends.log == [f"start {started.id}", f"end {started.id}"]
-        await h.close()
-
-    run(main)
+    ends = Ends()
+    for name in ("subagent/start", "subagent/end"):
+        h.service.on(name, ends)
+    parent = await h.create_agent("parent")
+    request = StartRequest((TextBlock("do it"),), parent, AbortController().signal)
+    started = await h.service.start("spawn", request)
+    result = await started.result
+    await started.dispose()
+    assert result.stop_reason is KnownStop.COMPLETED
+    assert "ok" in str(result.output)
+    assert ends.log == [f"start {started.id}", f"end {started.id}"]
 
 
-def test_notice_6_continuable_child_settles_and_the_parent_gets_the_exact_notice(
-    dsh_harness: HarnessFactory,
+@harness_test
+async def test_notice_6_continuable_child_settles_and_the_parent_gets_the_exact_notice(
+    h: HarnessUnderTest, book: ModelBook
 ) -> None:
-    async def main() -> None:
-        book = ModelBook()
-        book.script("c1", reply("found it"))
-        h = await dsh_harness(book, None)
-        ends = Ends()
-        h.service.on("subagent/end", ends)
-        parent = await h.create_agent("parent")
+    book.script("c1", reply("found it"))
+    ends = Ends()
+    h.service.on("subagent/end", ends)
+    parent = await h.create_agent("parent")
+    spec = ContinuableStartSpec(
+        "spawn", "c1", parent, (TextBlock("look"),), child_id=SessionId("c1")
+    )
+    started = await h.service.start_continuable(spec)
+    assert started.child_id == "c1"
+    await ends.of("c1")
+    await parent.when_idle()
+    assert [text_of(n.content[:1]) for n in notices(parent)] == [
+        "Background subagent c1 finished and will do no further work unless you send it more."
+    ]
+    assert h.service.activation_state(SessionId("c1")) is None
+
+
+@harness_test
+async def test_cont_14_followup_wakes_a_settled_child_for_a_new_turn(
+    h: HarnessUnderTest, book: ModelBook
+) -> None:
+    book.script("c1", reply("first"), fail("second fails"))
+    parent = await h.create_agent("parent")
+    spec = ContinuableStartSpec("spawn", "c1", parent, (TextBlock("a"),), child_id=SessionId("c1"))
+    await h.service.start_continuable(spec)
+    child = h.registry.get(SessionId("c1"))
+    assert child is not None
+    await child.when_idle()
+    await h.service.followup(SessionId("c1"), (TextBlock("b"),), ParentAgent(parent))
+    child = h.registry.get(SessionId("c1"))
+    assert child is not None
+    await child.when_idle()
+    assert reasons(child) == [TurnEndReason.COMPLETED, TurnEndReason.ERROR]
+
+
+@harness_test
+async def test_cont_23_interrupt_aborts_the_running_turn_and_keeps_the_queue(
+    h: HarnessUnderTest, book: ModelBook
+) -> None:
+    gate = book.held("c1", reply("never"))
+    parent = await h.create_agent("parent")
+    spec = ContinuableStartSpec(
+        "spawn", "c1", parent, (TextBlock("work"),), child_id=SessionId("c1")
+    )
+    await h.service.start_continuable(spec)
+    await gate.reached()
+    assert h.service.activation_state(SessionId("c1")) is ActivationState.RUNNING
+    await h.service.followup(SessionId("c1"), (TextBlock("queued"),), ParentAgent(parent))
+    h.service.interrupt(SessionId("c1"), AncestorAuthority(parent))
+    child = h.registry.get(SessionId("c1"))
+    assert child is not None
+    await child.when_idle()
+    assert reasons(child) == [TurnEndReason.ABORTED]
+    assert len(child.pending()) == 1
+
+
+@harness_test
+async def test_harness_19_the_seam_reports_a_raising_final_flush_on_subagent_end(
+    h: HarnessUnderTest, book: ModelBook
+) -> None:
+    ends = Ends()
+    h.service.on("subagent/end", ends)
+    parent = await h.create_agent("parent")
+
+    async def settle(child: str, *, durable: bool = True) -> RunEndInfo:
         spec = ContinuableStartSpec(
-            "spawn", "c1", parent, (TextBlock("look"),), child_id=SessionId("c1")
+            "spawn", child, parent, (TextBlock("go"),), child_id=SessionId(child)
         )
-        started = await h.service.start_continuable(spec)
-        assert started.child_id == "c1"
-        await ends.of("c1")
-        await parent.when_idle()
-        assert [text_of(n.content[:1]) for n in notices(parent)] == [
-            "Background subagent c1 finished and will do no further work unless you send it more."
-        ]
-        assert h.service.activation_state(SessionId("c1")) is None
-        await h.close()
-
-    run(main)
-
-
-def test_cont_14_followup_wakes_a_settled_child_for_a_new_turn(
-    dsh_harness: HarnessFactory,
-) -> None:
-    async def main() -> None:
-        book = ModelBook()
-        book.script("c1", reply("first"), fail("second fails"))
-        h = await dsh_harness(book, None)
-        parent = await h.create_agent("parent")
-        spec = ContinuableStartSpec(
-            "spawn", "c1", parent, (TextBlock("a"),), child_id=SessionId("c1")
-        )
-        await h.service.start_continuable(spec)
-        child = h.registry.get(SessionId("c1"))
-        assert child is not None
-        await child.when_idle()
-        await h.service.followup(SessionId("c1"), (TextBlock("b"),), ParentAgent(parent))
-        child = h.registry.get(SessionId("c1"))
-        assert child is not None
-        await child.when_idle()
-        assert reasons(child) == [TurnEndReason.COMPLETED, TurnEndReason.ERROR]
-        await h.close()
-
-    run(main)
-
-
-def test_cont_23_interrupt_aborts_the_running_turn_and_keeps_the_queue(
-    dsh_harness: HarnessFactory,
-) -> None:
-    async def main() -> None:
-        book = ModelBook()
-        gate = Gate()
-        book.script("c1", Gated(gate, reply("never")))
-        h = await dsh_harness(book, None)
-        parent = await h.create_agent("parent")
-        spec = ContinuableStartSpec(
-            "spawn", "c1", parent, (TextBlock("work"),), child_id=SessionId("c1")
-        )
-        await h.service.start_continuable(spec)
-        await gate.reached()
-        assert h.service.activation_state(SessionId("c1")) is ActivationState.RUNNING
-        await h.service.followup(SessionId("c1"), (TextBlock("queued"),), ParentAgent(parent))
-        h.service.interrupt(SessionId("c1"), AncestorAuthority(parent))
-        child = h.registry.get(SessionId("c1"))
-        assert child is not None
-        await child.when_idle()
-        assert reasons(child) == [TurnEndReason.ABORTED]
-        assert len(child.pending()) == 1
-        await h.close()
-
-    run(main)
-
-
-def test_harness_19_the_seam_reports_a_raising_final_flush_on_subagent_end(
-    dsh_harness: HarnessFactory,
-) -> None:
-    async def main() -> None:
-        h = await dsh_harness(ModelBook(), None)
-        ends = Ends()
-        h.service.on("subagent/end", ends)
-        parent = await h.create_agent("parent")
-
-        async def settle(child: str, *, durable: bool = True) -> RunEndInfo:
-            spec = ContinuableStartSpec(
-                "spawn", child, parent, (TextBlock("go"),), child_id=SessionId(child)
-            )
-            if durable:
+        if durable:
+            await h.service.start_continuable(spec)
+        else:
+            # Accepted but not durable: the write-ahead commit of the prompt failed too
+            # (DUR-1); the child runs all the same.
+            with pytest.raises(SubagentError) as refused:
                 await h.service.start_continuable(spec)
-            else:
-                # Accepted but not durable: the write-ahead commit of the prompt failed too
-                # (DUR-1); the child runs all the same.
-                with pytest.raises(SubagentError) as refused:
-                    await h.service.start_continuable(spec)
-                assert refused.value.code is ErrorCode.DURABILITY_FAILED
-            await ends.of(child)
-            return ends.ends[child]
+            assert refused.value.code is ErrorCode.DURABILITY_FAILED
+        await ends.of(child)
+        return ends.ends[child]
 
-        async def broken(_session: object) -> None:
-            raise OSError("disk gone")
+    async def broken(_session: object) -> None:
+        raise OSError("disk gone")
 
-        confirmed = await settle("c1")
-        stop = h.store.on_flush(broken)
-        raised = await settle("c2", durable=False)
-        stop()
-        assert (confirmed.stop_reason, confirmed.durability_failed) == (KnownStop.COMPLETED, False)
-        assert (raised.stop_reason, raised.durability_failed) == (KnownStop.COMPLETED, True)
-        await h.close()
-
-    run(main)
+    confirmed = await settle("c1")
+    stop = h.store.on_flush(broken)
+    raised = await settle("c2", durable=False)
+    stop()
+    assert (confirmed.stop_reason, confirmed.durability_failed) == (KnownStop.COMPLETED, False)
+    assert (raised.stop_reason, raised.durability_failed) == (KnownStop.COMPLETED, True)
 
 
-def test_harness_3_a_followup_right_after_an_interrupt_runs_once_the_abort_converges(
-    dsh_harness: HarnessFactory,
+@harness_test
+async def test_harness_3_a_followup_right_after_an_interrupt_runs_once_the_abort_converges(
+    h: HarnessUnderTest, book: ModelBook
 ) -> None:
-    async def main() -> None:
-        book = ModelBook()
-        gate = Gate()
-        book.script("c1", Gated(gate, reply("never")), reply("second"))
-        h = await dsh_harness(book, None)
-        parent = await h.create_agent("parent")
-        spec = ContinuableStartSpec(
-            "spawn", "c1", parent, (TextBlock("work"),), child_id=SessionId("c1")
-        )
-        await h.service.start_continuable(spec)
-        await gate.reached()
-        child = h.registry.get(SessionId("c1"))
-        assert child is not None
-        h.service.interrupt(SessionId("c1"), AncestorAuthority(parent))
-        await h.service.followup(SessionId("c1"), (TextBlock("again"),), ParentAgent(parent))
-        await child.when_idle()
-        assert reasons(child) == [TurnEndReason.ABORTED, TurnEndReason.COMPLETED]
-        assert child.pending() == ()
-        await h.close()
-
-    run(main)
+    gate = book.held("c1", reply("never"), reply("second"))
+    parent = await h.create_agent("parent")
+    spec = ContinuableStartSpec(
+        "spawn", "c1", parent, (TextBlock("work"),), child_id=SessionId("c1")
+    )
+    await h.service.start_continuable(spec)
+    await gate.reached()
+    child = h.registry.get(SessionId("c1"))
+    assert child is not None
+    h.service.interrupt(SessionId("c1"), AncestorAuthority(parent))
+    await h.service.followup(SessionId("c1"), (TextBlock("again"),), ParentAgent(parent))
+    await child.when_idle()
+    assert reasons(child) == [TurnEndReason.ABORTED, TurnEndReason.COMPLETED]
+    assert child.pending() == ()

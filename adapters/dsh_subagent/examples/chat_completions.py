@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from dsh_subagent.adapters.protocols import Model, ModelRequest, ModelStep, ToolCall, ToolHost
-from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.harness import ReferenceHarness, open_with_tools_of
 from dsh_subagent.adapters.reference.session import LiveSession
 from dsh_subagent.core import wire
 from dsh_subagent.core.values import (
@@ -173,17 +173,11 @@ async def open_chat_harness(
     endpoint_for: EndpointFor, *, db: str | None = None
 ) -> ReferenceHarness:
     """The reference harness whose agents step through a chat-completions endpoint."""
-    opened: list[ReferenceHarness] = []
 
-    def tools_of(agent_id: SessionId) -> ToolHost | None:
-        agent = opened[0].registry.get(agent_id)
-        return None if agent is None else agent.tools
-
-    def model_for(session: LiveSession, options: AgentOptions) -> Model:
+    def model_for(session: LiveSession, options: AgentOptions, tools_of: ToolsOf) -> Model:
         return ChatCompletionsModel(endpoint_for(session, options), tools_of=tools_of)
 
-    opened.append(await ReferenceHarness.open(model_for, db=db))
-    return opened[0]
+    return await open_with_tools_of(model_for, db=db)
 
 
 # ------------------------------------------------------------------ a fake endpoint

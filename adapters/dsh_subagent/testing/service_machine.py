@@ -39,7 +39,6 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
-from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -77,6 +76,7 @@ from dsh_subagent.core.values import (
     TextBlock,
     UserMessage,
 )
+from dsh_subagent.spec.counting import CountedChecks, machine_settings
 from dsh_subagent.spec.invariants import depth_violations, inbox_violations
 from dsh_subagent.testing.service_faults import (
     FaultPlan,
@@ -104,7 +104,7 @@ def _is_child(agent: ReferenceAgent) -> bool:
     return agent.session.header.parent_session is not None
 
 
-class ServiceMachine(RuleBasedStateMachine):
+class ServiceMachine(CountedChecks, RuleBasedStateMachine):
     """Drives the real service; checks the seam's invariants on its observable trace."""
 
     CHECKED: ClassVar[dict[str, str]] = {
@@ -532,12 +532,7 @@ class ServiceMachine(RuleBasedStateMachine):
 
     def check(self, *, complete: bool = False) -> None:
         """Count and assert every applicable invariant."""
-        for inv_id, problems in self._violations(complete).items():
-            self.checks[inv_id] += 1
-            ServiceMachine.totals[inv_id] += 1
-            if problems:
-                ServiceMachine.violated.add(inv_id)
-            assert not problems, f"{inv_id}: {problems}"
+        self.assert_held(self._violations(complete))
 
     @invariant()
     def service_invariants_hold(self) -> None:
@@ -555,30 +550,16 @@ class ServiceMachine(RuleBasedStateMachine):
             self.loop.close()
             self.scratch.cleanup()
 
-    @classmethod
-    def reset_counts(cls) -> None:
-        """Forget the counts of earlier runs."""
-        cls.totals.clear()
-        cls.violated.clear()
-
 
 def run_service_machine(*, examples: int, steps: int = 30, seed: int | None = None) -> None:
     """Run ``ServiceMachine`` (for ``dsh-subagent verify``); raises on a violated invariant.
 
     Counts land in ``ServiceMachine.totals`` / ``violated`` (call ``reset_counts`` first).
     """
-    from hypothesis import HealthCheck
     from hypothesis import seed as with_seed
     from hypothesis.stateful import get_state_machine_test
 
-    config = settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
-    test = get_state_machine_test(ServiceMachine, settings=config)
+    test = get_state_machine_test(ServiceMachine, settings=machine_settings(examples, steps))
     if seed is not None:
         test = with_seed(seed)(test)
     test()

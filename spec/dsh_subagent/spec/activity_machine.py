@@ -24,22 +24,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from statemachine.exceptions import TransitionNotAllowed
 
 from dsh_subagent.core import activity
-from dsh_subagent.core.activity import (
-    AbortActivity,
-    ActivityEffect,
-    ActivityEvent,
-    ActivityPhase,
-    ClearInbox,
-    EmitStatus,
-    FinishCancel,
-    InsertMessage,
-    NextTurn,
-    PrepareDriver,
-    ReplayWake,
-    StartDriver,
-    StartMaintenance,
-    Wake,
-)
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.residency import AgentStatus
 from dsh_subagent.core.values import CancelCause, CancelKind, InboxTarget
@@ -72,7 +56,7 @@ class ActivityMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ plumbing
 
-    def _apply(self, event: ActivityEvent) -> bool:
+    def _apply(self, event: activity.ActivityEvent) -> bool:
         """Apply ``event`` to core and chart; perform the effects; False when both refuse."""
         name = type(event).__name__
         try:
@@ -92,31 +76,31 @@ class ActivityMachine(RuleBasedStateMachine):
             self._perform(effect)
         return True
 
-    def _perform(self, effect: ActivityEffect) -> None:
+    def _perform(self, effect: activity.ActivityEffect) -> None:
         match effect:
-            case PrepareDriver():
-                assert self.state.phase is ActivityPhase.IDLE
-            case InsertMessage(target=target):
+            case activity.PrepareDriver():
+                assert self.state.phase is activity.ActivityPhase.IDLE
+            case activity.InsertMessage(target=target):
                 self.pending[target] += 1
                 self.inserted.append(target)
-            case Wake(after_abort=after_abort):
+            case activity.Wake(after_abort=after_abort):
                 self._apply(activity.WakeRequested(after_abort))
-            case StartDriver() | StartMaintenance():
+            case activity.StartDriver() | activity.StartMaintenance():
                 self.signal, self.owed = None, False
                 self.starts += 1
-            case EmitStatus(status=status):
+            case activity.EmitStatus(status=status):
                 assert status is not self.status, "a status is emitted only when it changes"
                 self.status = status
-            case ClearInbox():
+            case activity.ClearInbox():
                 self.pending = dict.fromkeys(InboxTarget, 0)
-            case FinishCancel(cause=cause):
+            case activity.FinishCancel(cause=cause):
                 self._apply(activity.InboxCleared(cause))
-            case AbortActivity(cause=cause):
-                assert self.state.phase is not ActivityPhase.IDLE
+            case activity.AbortActivity(cause=cause):
+                assert self.state.phase is not activity.ActivityPhase.IDLE
                 self.signal = self.signal or cause  # a signal keeps its first reason
-            case NextTurn():
+            case activity.NextTurn():
                 self.signal, self.owed = None, False
-            case ReplayWake():
+            case activity.ReplayWake():
                 if any(self.pending.values()):
                     self._apply(activity.WakeRequested())
             case _:  # pragma: no cover (mypy proves the match exhaustive)
@@ -124,14 +108,14 @@ class ActivityMachine(RuleBasedStateMachine):
 
     @property
     def _active(self) -> bool:
-        return self.state.phase is not ActivityPhase.IDLE
+        return self.state.phase is not activity.ActivityPhase.IDLE
 
     # ------------------------------------------------------------------ rules
 
     @rule(to=TARGETS, wakeup=st.booleans())
     def MessageSent(self, to: InboxTarget, wakeup: bool) -> None:
         aborted = self._active and self.signal is not None
-        maintenance = self.state.phase is ActivityPhase.MAINTENANCE
+        maintenance = self.state.phase is activity.ActivityPhase.MAINTENANCE
         disposed = self.signal is not None and self.signal.kind is CancelKind.DISPOSED
         self.inserted = []
         self._apply(activity.MessageSent(to, wakeup))
@@ -155,7 +139,7 @@ class ActivityMachine(RuleBasedStateMachine):
         """``remove(id)`` of one pending message: an inbox change the machine never sees."""
         self.pending[to] = max(0, self.pending[to] - 1)
 
-    @precondition(lambda self: self.state.phase is ActivityPhase.RUNNING)
+    @precondition(lambda self: self.state.phase is activity.ActivityPhase.RUNNING)
     @rule()
     def claim(self) -> None:
         """A step claims all next-step input and one next-turn item."""
@@ -172,7 +156,7 @@ class ActivityMachine(RuleBasedStateMachine):
     @rule()
     def TurnEnded(self) -> None:
         if self._apply(activity.TurnEnded(any(self.pending.values()))):
-            assert self.state.phase is ActivityPhase.RUNNING
+            assert self.state.phase is activity.ActivityPhase.RUNNING
 
     @rule()
     def MaintenanceFinished(self) -> None:
@@ -182,7 +166,7 @@ class ActivityMachine(RuleBasedStateMachine):
     def DriverFinished(self) -> None:
         self._finish(activity.DriverFinished())
 
-    def _finish(self, event: ActivityEvent) -> None:
+    def _finish(self, event: activity.ActivityEvent) -> None:
         owed, starts = self.owed, self.starts
         if not self._apply(event):
             return

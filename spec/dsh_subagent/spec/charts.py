@@ -59,6 +59,11 @@ def _self_loops(*states: State) -> TransitionList:
     return reduce(operator.or_, loops)
 
 
+def _every(states: States, *, but: State | None = None) -> list[State]:
+    """Every state of a chart, in its enum's order, less ``but``."""
+    return [state for state in states if state is not but]
+
+
 class OneShotRunChart(StateChart[object]):
     """A one-shot run: publication before fulfilment, rollback, result, idempotent dispose.
 
@@ -165,17 +170,7 @@ class ActivationChart(StateChart[object]):
     ChildIdReserved = (
         _.ABSENT.to(_.RESERVED, unless="admission_lost")
         | _.ABSENT.to.itself(cond="admission_lost")
-        | _self_loops(
-            _.RESERVED,
-            _.SNAPSHOTTED,
-            _.PREPARED,
-            _.RESUMING,
-            _.MATERIALIZED,
-            _.RESIDENT,
-            _.DISPOSING,
-            _.FLUSHING,
-            _.RELEASING,
-        )
+        | _self_loops(*_every(_, but=_.ABSENT))
     )
     DescriptorSnapshotted = _.RESERVED.to(_.SNAPSHOTTED)
     # After the provider's await, and after materialization, admission is checked again: a
@@ -192,18 +187,7 @@ class ActivationChart(StateChart[object]):
     LeaseRefused = _.RESUMING.to(_.ABSENT)
     # A durable-mailbox message never changes the phase: delivered when live, a resume when
     # absent, else left pending in the store (DUR-22, DUR-23).
-    MailboxArrived = _self_loops(
-        _.ABSENT,
-        _.RESERVED,
-        _.SNAPSHOTTED,
-        _.PREPARED,
-        _.RESUMING,
-        _.MATERIALIZED,
-        _.RESIDENT,
-        _.DISPOSING,
-        _.FLUSHING,
-        _.RELEASING,
-    )
+    MailboxArrived = _self_loops(*_every(_))
     ChildMaterialized = (
         _.PREPARED.to(_.MATERIALIZED, unless="admission_lost")
         | _.PREPARED.to(_.ABSENT, cond="admission_lost")

@@ -45,6 +45,7 @@ from dsh_subagent.core.notices import EpochOutcome
 from dsh_subagent.core.teardown import FlushOutcome
 from dsh_subagent.core.values import EventId, KnownStop, MessageId, RunId, SessionId
 from dsh_subagent.spec.charts import ActivationChart
+from dsh_subagent.spec.counting import CountedChecks
 from dsh_subagent.spec.invariants import (
     STATE_INVARIANTS,
     TRACE_INVARIANTS,
@@ -61,7 +62,7 @@ MESSAGES = st.sampled_from(["m1", "m2", "m3"]).map(MessageId)
 STOPS = st.sampled_from(list(KnownStop))
 
 
-class CoreMachine(RuleBasedStateMachine):
+class CoreMachine(CountedChecks, RuleBasedStateMachine):
     """Drives ``manager.apply`` and one ``ActivationChart`` per child in lockstep."""
 
     CHECKED: ClassVar[tuple[str, ...]] = (
@@ -341,23 +342,14 @@ class CoreMachine(RuleBasedStateMachine):
             for child, ledger in self.inboxes.items()
             for problem in inbox_violations(ledger, complete=complete)
         ]
-        for inv_id, found in {
-            **check_state(self.state),
-            **check_trace(self.trace, complete=complete),
-            INBOX: inbox,
-        }.items():
-            self.checks[inv_id] += 1
-            CoreMachine.totals[inv_id] += 1
-            if found:
-                CoreMachine.violated.add(inv_id)
-            assert not found, f"{inv_id}: {found}"
+        self.assert_held(
+            {
+                **check_state(self.state),
+                **check_trace(self.trace, complete=complete),
+                INBOX: inbox,
+            }
+        )
 
     @invariant()
     def spec_invariants_hold(self) -> None:
         self._check()
-
-    @classmethod
-    def reset_counts(cls) -> None:
-        """Forget the counts of earlier runs."""
-        cls.totals.clear()
-        cls.violated.clear()

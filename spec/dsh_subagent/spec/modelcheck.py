@@ -63,6 +63,7 @@ from dsh_subagent.core.authority import (
     UserAuthority,
 )
 from dsh_subagent.core.manager import TRANSITIONS, Activation, ManagerState, apply
+from dsh_subagent.core.manager import events as ev
 from dsh_subagent.core.manager.effects import (
     DeliverReport,
     Effect,
@@ -71,39 +72,6 @@ from dsh_subagent.core.manager.effects import (
     Reject,
     SendNotice,
     SubmitFollowup,
-)
-from dsh_subagent.core.manager.events import (
-    LIVE,
-    UNPUBLISHED,
-    AgentBecameBusy,
-    AgentBecameIdle,
-    AgentDisposed,
-    ChildIdReserved,
-    ChildMaterialized,
-    ChildPrepared,
-    ColdResumeStarted,
-    DescendantsOf,
-    DescriptorSnapshotted,
-    DisposalFinished,
-    DrainRequested,
-    Event,
-    FlushReported,
-    FollowupRequested,
-    InterruptRequested,
-    LeaseAcquired,
-    LeaseRefused,
-    MailboxArrived,
-    MessageAccepted,
-    MessageClaimed,
-    MessageDiscarded,
-    MessageSendFailed,
-    Phase,
-    ReportDelivery,
-    ReportRequested,
-    SelectedChildren,
-    StartRolledBack,
-    Trigger,
-    WholeManager,
 )
 from dsh_subagent.core.notices import EpochOutcome
 from dsh_subagent.core.pmap import PMap
@@ -115,22 +83,22 @@ from dsh_subagent.spec.charts import ActivationChart, Edge, edges
 from dsh_subagent.spec.invariants import TraceStep, check_state, check_trace
 
 CHART_EDGES: Final = edges(ActivationChart)
-_TRIGGERED: Final = frozenset(trigger.value for trigger in Trigger)
+_TRIGGERED: Final = frozenset(trigger.value for trigger in ev.Trigger)
 ROOT: Final = AgentRef(SessionId("root"), 1)
 _EID: Final = EventId("e")
-PROGRESS: Final[tuple[type[Event], ...]] = (
-    DescriptorSnapshotted,
-    ChildPrepared,
-    ChildMaterialized,
-    StartRolledBack,
-    MessageAccepted,
-    MessageSendFailed,
-    MessageClaimed,
-    MessageDiscarded,
-    AgentBecameIdle,
-    AgentBecameBusy,
-    FlushReported,
-    DisposalFinished,
+PROGRESS: Final[tuple[type[ev.Event], ...]] = (
+    ev.DescriptorSnapshotted,
+    ev.ChildPrepared,
+    ev.ChildMaterialized,
+    ev.StartRolledBack,
+    ev.MessageAccepted,
+    ev.MessageSendFailed,
+    ev.MessageClaimed,
+    ev.MessageDiscarded,
+    ev.AgentBecameIdle,
+    ev.AgentBecameBusy,
+    ev.FlushReported,
+    ev.DisposalFinished,
 )
 """The harness's own answers: the events INV-MC-3 may use to reach quiescence."""
 
@@ -191,29 +159,29 @@ def _agents(state: ManagerState) -> list[AgentRef]:
     return [r.agent for r in state.activations.values() if r.agent is not None]
 
 
-def _legal(state: ManagerState, event: Event) -> bool:
+def _legal(state: ManagerState, event: ev.Event) -> bool:
     child = getattr(event, "child_id", None)
     if child is None:
         return True
     record = state.activations.get(child)
-    phase = Phase.ABSENT if record is None else record.phase
+    phase = ev.Phase.ABSENT if record is None else record.phase
     return (phase, type(event)) in TRANSITIONS
 
 
-def enabled(scope: Scope, node: Node) -> Iterator[Event]:
+def enabled(scope: Scope, node: Node) -> Iterator[ev.Event]:
     """Every event of the scope's vocabulary the core has an edge for in this state."""
     state, env = node
     if env.pending:  # a send is answered in the same span as the request (the contract)
         for child, message in sorted(env.pending):
-            yield MessageAccepted(_EID, child, message)
-            yield MessageSendFailed(_EID, child, message)
+            yield ev.MessageAccepted(_EID, child, message)
+            yield ev.MessageSendFailed(_EID, child, message)
         return
-    live = {c: r for c, r in state.activations.items() if r.phase in LIVE and r.agent}
-    yield DrainRequested(_EID, WholeManager())
+    live = {c: r for c, r in state.activations.items() if r.phase in ev.LIVE and r.agent}
+    yield ev.DrainRequested(_EID, ev.WholeManager())
     for agent in [ROOT, *_agents(state)] if scope.scoped_drains else [ROOT]:
-        yield DrainRequested(_EID, DescendantsOf((Presented(agent, agent.token),)))
+        yield ev.DrainRequested(_EID, ev.DescendantsOf((Presented(agent, agent.token),)))
     for agent in sorted(state.closing_roots, key=lambda a: (a.session_id, a.token)):
-        yield AgentDisposed(_EID, agent)
+        yield ev.AgentDisposed(_EID, agent)
     for child in _names(scope):
         yield from (e for e in _child_events(scope, state, env, child, live) if _legal(state, e))
 
@@ -224,7 +192,7 @@ def _child_events(
     env: Env,
     child: SessionId,
     live: Mapping[SessionId, Activation],
-) -> Iterator[Event]:
+) -> Iterator[ev.Event]:
     record = state.activations.get(child)
     parents = [ROOT] + [
         r.agent
@@ -233,30 +201,30 @@ def _child_events(
     ]
     if record is None:
         for parent in parents:
-            yield ChildIdReserved(_EID, child, parent)
+            yield ev.ChildIdReserved(_EID, child, parent)
         if scope.resume and state.epochs.get(child, 0) < scope.epochs:
             for parent in parents:
-                yield ColdResumeStarted(_EID, child, parent.session_id)
+                yield ev.ColdResumeStarted(_EID, child, parent.session_id)
     else:
-        yield ChildIdReserved(_EID, child, ROOT)  # a duplicate: refused, nothing changes
-        yield DescriptorSnapshotted(_EID, child)
-        yield ChildPrepared(_EID, child)
+        yield ev.ChildIdReserved(_EID, child, ROOT)  # a duplicate: refused, nothing changes
+        yield ev.DescriptorSnapshotted(_EID, child)
+        yield ev.ChildPrepared(_EID, child)
         epoch = state.epochs.get(child, 0)
-        yield LeaseAcquired(_EID, child, epoch + 1)  # a cold resume's lease (LEASE-1)
-        yield LeaseRefused(_EID, child, "held by another harness")
-        if record.phase in UNPUBLISHED and epoch < scope.epochs:
+        yield ev.LeaseAcquired(_EID, child, epoch + 1)  # a cold resume's lease (LEASE-1)
+        yield ev.LeaseRefused(_EID, child, "held by another harness")
+        if record.phase in ev.UNPUBLISHED and epoch < scope.epochs:
             yield _materialized(state, record, epoch)
-        yield StartRolledBack(_EID, child, False)
-        yield StartRolledBack(_EID, child, True)
+        yield ev.StartRolledBack(_EID, child, False)
+        yield ev.StartRolledBack(_EID, child, True)
         idle = record.status is AgentStatus.IDLE
-        yield (AgentBecameBusy if idle else AgentBecameIdle)(_EID, child)
-        yield from (FlushReported(_EID, child, outcome) for outcome in FlushOutcome)
+        yield (ev.AgentBecameBusy if idle else ev.AgentBecameIdle)(_EID, child)
+        yield from (ev.FlushReported(_EID, child, outcome) for outcome in FlushOutcome)
         if not env.of(child):
             yield from _finished(state, record)
     held = env.of(child)
     mail = MessageId(f"{child}.mail")  # a message another harness posted (DUR-22, DUR-23)
     if scope.mailbox and mail not in held:
-        yield MailboxArrived(_EID, child, mail)
+        yield ev.MailboxArrived(_EID, child, mail)
     for message in (MessageId(f"{child}.f{i}") for i in range(1, scope.followups + 1)):
         if message in held:
             continue
@@ -270,25 +238,27 @@ def _child_events(
         authorities += [UserAuthority(False)] if scope.forged else []
         authorities += [UserAuthority(True)] if scope.user_grant else []
         for authority in authorities:
-            yield FollowupRequested(_EID, child, message, authority)
+            yield ev.FollowupRequested(_EID, child, message, authority)
     for c, message in sorted(env.inbox):
         if c == child:
-            yield MessageClaimed(_EID, child, message)
-            yield MessageDiscarded(_EID, child, message)
+            yield ev.MessageClaimed(_EID, child, message)
+            yield ev.MessageDiscarded(_EID, child, message)
     mine = live.get(child)
     if mine is not None and mine.agent is not None:
         caller = live.get(mine.parent_session) if mine.parent_session else None
         interrupter = ROOT if caller is None or caller.agent is None else caller.agent
-        yield InterruptRequested(
+        yield ev.InterruptRequested(
             _EID, child, AncestorInterrupt(Presented(interrupter, interrupter.token))
         )
-        for delivery in ReportDelivery if scope.reports else ():
-            yield ReportRequested(_EID, mine.agent, MessageId(f"{child}.r"), delivery)
+        for delivery in ev.ReportDelivery if scope.reports else ():
+            yield ev.ReportRequested(_EID, mine.agent, MessageId(f"{child}.r"), delivery)
         parent = interrupter
-        yield DrainRequested(_EID, SelectedChildren(Presented(parent, parent.token), (child,)))
+        yield ev.DrainRequested(
+            _EID, ev.SelectedChildren(Presented(parent, parent.token), (child,))
+        )
 
 
-def _materialized(state: ManagerState, record: Activation, epoch: int) -> ChildMaterialized:
+def _materialized(state: ManagerState, record: Activation, epoch: int) -> ev.ChildMaterialized:
     """The agent of the next epoch: a fresh token, and the parent's lineage plus itself."""
     child = record.child_id
     agent = AgentRef(child, epoch + 2)
@@ -296,30 +266,34 @@ def _materialized(state: ManagerState, record: Activation, epoch: int) -> ChildM
     above = owner.lineage if owner is not None and owner.lineage else frozenset({ROOT})
     if record.parent_agent is not None and record.parent_agent != ROOT and owner is None:
         above = frozenset({record.parent_agent, ROOT})
-    return ChildMaterialized(_EID, child, RunId(f"{child}.run{epoch + 1}"), agent, above | {agent})
+    return ev.ChildMaterialized(
+        _EID, child, RunId(f"{child}.run{epoch + 1}"), agent, above | {agent}
+    )
 
 
-def _finished(state: ManagerState, record: Activation) -> Iterator[DisposalFinished]:
+def _finished(state: ManagerState, record: Activation) -> Iterator[ev.DisposalFinished]:
     child = record.child_id
     notice = MessageId(f"{child}.n{record.epoch}")
     outcome = EpochOutcome(KnownStop.COMPLETED)
-    yield DisposalFinished(_EID, child, outcome, notice)
+    yield ev.DisposalFinished(_EID, child, outcome, notice)
     owner = state.activations.get(record.parent_session) if record.parent_session else None
-    if owner is not None and owner.phase in LIVE:  # a failed boundary counts for the owner
-        yield DisposalFinished(_EID, child, outcome, notice, frozenset({Boundary.ACTIVATION}))
-    if record.announced and (owner is None or owner.phase not in LIVE):
-        yield DisposalFinished(_EID, child, outcome, notice, parent_registered=False)
+    if owner is not None and owner.phase in ev.LIVE:  # a failed boundary counts for the owner
+        yield ev.DisposalFinished(_EID, child, outcome, notice, frozenset({Boundary.ACTIVATION}))
+    if record.announced and (owner is None or owner.phase not in ev.LIVE):
+        yield ev.DisposalFinished(_EID, child, outcome, notice, parent_registered=False)
         busy = AgentStatus.RUNNING
-        yield DisposalFinished(_EID, child, outcome, notice, parent_status=busy)
+        yield ev.DisposalFinished(_EID, child, outcome, notice, parent_status=busy)
 
 
-def advance(env: Env, effects: Iterable[Effect], event: Event) -> Env:
+def advance(env: Env, effects: Iterable[Effect], event: ev.Event) -> Env:
     """The harness's side of one step: sends leave, accounted deliveries land in inboxes."""
     pending, inbox = set(env.pending), set(env.inbox)
-    if isinstance(event, MessageAccepted | MessageSendFailed | MessageClaimed | MessageDiscarded):
+    if isinstance(
+        event, ev.MessageAccepted | ev.MessageSendFailed | ev.MessageClaimed | ev.MessageDiscarded
+    ):
         key = (event.child_id, event.message_id)
         pending.discard(key)
-        if isinstance(event, MessageAccepted):
+        if isinstance(event, ev.MessageAccepted):
             inbox.add(key)
         else:
             inbox.discard(key)
@@ -358,7 +332,7 @@ def canonical_key(scope: Scope, node: Node, *, symmetry: bool = True) -> Hashabl
 
 @functools.cache
 def chart_path(
-    old: Phase, new: Phase, first: str | None, settled: bool = False
+    old: ev.Phase, new: ev.Phase, first: str | None, settled: bool = False
 ) -> tuple[Edge, ...] | None:
     """Shortest chart path old -> new: ``first`` (if given) then state-triggered edges.
 
@@ -385,17 +359,17 @@ def chart_path(
     return None
 
 
-def _settles(state: ManagerState, event: Event, child: SessionId) -> bool:
+def _settles(state: ManagerState, event: ev.Event, child: SessionId) -> bool:
     """Did ``child`` leave RESIDENT by settling: the event's own record, or its owner?"""
-    if isinstance(event, DrainRequested):
+    if isinstance(event, ev.DrainRequested):
         return False
     subject = state.activations.get(getattr(event, "child_id", None) or SessionId(""))
     return subject is not None and child in (subject.child_id, subject.parent_session)
 
 
-def _phase(state: ManagerState, child: SessionId) -> Phase:
+def _phase(state: ManagerState, child: SessionId) -> ev.Phase:
     record = state.activations.get(child)
-    return Phase.ABSENT if record is None else record.phase
+    return ev.Phase.ABSENT if record is None else record.phase
 
 
 def _history(state: ManagerState) -> list[TraceStep]:
@@ -403,13 +377,13 @@ def _history(state: ManagerState) -> list[TraceStep]:
     starts = [
         EmitStart(_EID, r.child_id, r.run_id, r.epoch)
         for r in state.activations.values()
-        if r.phase in LIVE and r.run_id is not None
+        if r.phase in ev.LIVE and r.run_id is not None
     ]
-    return [TraceStep(DrainRequested(_EID, WholeManager()), tuple(starts), state, state)]
+    return [TraceStep(ev.DrainRequested(_EID, ev.WholeManager()), tuple(starts), state, state)]
 
 
 def check_edge(
-    before: Node, event: Event, after: Node, effects: tuple[Effect, ...], taken: set[Edge]
+    before: Node, event: ev.Event, after: Node, effects: tuple[Effect, ...], taken: set[Edge]
 ) -> dict[str, list[str]]:
     """Every edge check of rule 4, by check ID (empty lists when all hold)."""
     (s0, _), (s1, env1) = before, after
@@ -431,7 +405,7 @@ def check_edge(
         else:
             taken.update(path)
     if subject is not None and subject not in s0.activations and subject not in s1.activations:
-        taken.update(chart_path(Phase.ABSENT, Phase.ABSENT, type(event).__name__) or ())
+        taken.update(chart_path(ev.Phase.ABSENT, ev.Phase.ABSENT, type(event).__name__) or ())
     for child, record in s1.activations.items():
         if record.accepted != env1.of(child):
             detail = f"{child} accounts {sorted(record.accepted)}, the harness holds "
@@ -444,10 +418,10 @@ def check_edge(
 
 # --------------------------------------------------------------------------- the search
 
-ApplyFn = Callable[[ManagerState, Event], tuple[ManagerState, tuple[Effect, ...]]]
+ApplyFn = Callable[[ManagerState, ev.Event], tuple[ManagerState, tuple[Effect, ...]]]
 
 
-class ManagerModel(Model[Node, Event]):
+class ManagerModel(Model[Node, ev.Event]):
     """The continuation manager's ``apply`` as a search model (rules 1-5)."""
 
     name = "manager"
@@ -463,10 +437,10 @@ class ManagerModel(Model[Node, Event]):
     def initial(self) -> Sequence[Node]:
         return [(ManagerState(), Env())]
 
-    def enabled(self, node: Node) -> Iterable[Event]:
+    def enabled(self, node: Node) -> Iterable[ev.Event]:
         return enabled(self.scope, node)
 
-    def step(self, node: Node, event: Event) -> tuple[Node, object]:
+    def step(self, node: Node, event: ev.Event) -> tuple[Node, object]:
         state, effects = self.apply(node[0], event)
         return (state, advance(node[1], effects, event)), effects
 
@@ -474,7 +448,7 @@ class ManagerModel(Model[Node, Event]):
         return canonical_key(self.scope, node, symmetry=self.symmetry)
 
     def check_edge(
-        self, before: Node, event: Event, after: Node, record: object, taken: set[Edge]
+        self, before: Node, event: ev.Event, after: Node, record: object, taken: set[Edge]
     ) -> Findings:
         assert isinstance(record, tuple)
         return check_edge(before, event, after, record, taken)
@@ -485,7 +459,7 @@ class ManagerModel(Model[Node, Event]):
     def quiescent(self, node: Node) -> bool:
         return not node[0].activations
 
-    def progress(self, event: Event) -> bool:
+    def progress(self, event: ev.Event) -> bool:
         return isinstance(event, PROGRESS)
 
     def unchanged(self, before: Node, after: Node) -> bool:
@@ -571,7 +545,7 @@ def replay(events: Iterable[object]) -> list[TraceStep]:
     state = ManagerState()
     steps = []
     for event in events:
-        assert isinstance(event, Event)
+        assert isinstance(event, ev.Event)
         after, effects = apply(state, event)
         steps.append(TraceStep(event, effects, state, after))
         state = after

@@ -34,6 +34,7 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Final, Protocol, Self, assert_never, runtime_checkable
 
@@ -116,8 +117,9 @@ class ContinuableCreateSpec:
     seed: tuple[SessionEvent, ...] | None = None
 
 
-class SubagentRun(Protocol):
-    """One published one-shot delegation (ONE-4 .. ONE-9)."""
+class SubagentRun(AbstractAsyncContextManager["SubagentRun", None], Protocol):
+    """One published one-shot delegation (ONE-4 .. ONE-9); ``async with run:`` disposes it
+    on exit, however the block ended (rule 5)."""
 
     @property
     def id(self) -> str:
@@ -136,19 +138,6 @@ class SubagentRun(Protocol):
 
     def dispose(self) -> Awaitable[None]:
         """Idempotent: cancel, then wait for result settlement and quiescence (ONE-9)."""
-        ...
-
-    async def __aenter__(self) -> Self:
-        """``async with run:`` (rule 5)."""
-        ...
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Dispose the run, however the block ended (rule 5)."""
         ...
 
 

@@ -16,36 +16,25 @@ Theory of operation
 
 from __future__ import annotations
 
-from typing import Final
+from typing import ClassVar
 
-from dsh_subagent.adapters.providers.base import (
-    ContinuableCreateRequest,
-    ContinuableCreateSpec,
-    ResolvedStartRequest,
-)
-from dsh_subagent.adapters.providers.in_process import InProcessHost, InProcessRun, start_in_process
-from dsh_subagent.adapters.providers.spawn import IN_PROCESS_CAPABILITIES
-from dsh_subagent.core.jsonvalue import require_str
+from dsh_subagent.adapters.protocols import Agent
+from dsh_subagent.adapters.providers.in_process import InProcessHost
+from dsh_subagent.adapters.providers.spawn import SpawnProvider
+from dsh_subagent.core.values import SessionEvent
 from dsh_subagent.core.wire import completed_turn_prefix
 
 
-class ForkProvider:
+class ForkProvider(SpawnProvider):
     """In-process children seeded with the parent's completed turns (FORK-*)."""
 
-    inherits_parent_context: Final = True
-    capabilities: Final = IN_PROCESS_CAPABILITIES
-    meters_budgets: Final = True  # its children are the seam's agents (BUDGET-12)
+    inherits_parent_context: ClassVar[bool] = True
 
     def __init__(self, host: InProcessHost, *, name: str = "fork") -> None:
-        self.name: Final = require_str(name, "name", non_empty=True)
-        self._host = host
+        super().__init__(host, name=name)
 
-    async def start(self, request: ResolvedStartRequest) -> InProcessRun:
-        seed = completed_turn_prefix(request.parent.session.events)
-        return await start_in_process(self._host, request, seed)
-
-    async def prepare_continuable(self, request: ContinuableCreateRequest) -> ContinuableCreateSpec:
-        return ContinuableCreateSpec(completed_turn_prefix(request.parent.session.events))
+    def _seed(self, parent: Agent) -> tuple[SessionEvent, ...] | None:
+        return completed_turn_prefix(parent.session.events)
 
 
 __all__ = ["ForkProvider", "completed_turn_prefix"]

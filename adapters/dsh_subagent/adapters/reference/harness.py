@@ -40,6 +40,9 @@ Theory of operation
    agent, and a running agent's log is written as it grows, ``write_interval`` seconds after
    an append (DUR-1, DUR-2). A writer on SQLite watches the durable mailbox from its open,
    so it takes over children with mail whose holder died (DUR-26).
+9. A model on a framework that runs the agent's tools itself (pydantic-ai, a chat-completions
+   endpoint) must find them at step time, by the agent's id, from a harness that does not
+   exist yet when ``model_for`` is written: ``open_with_tools_of`` passes it ``tools_of``.
 """
 
 from __future__ import annotations
@@ -91,6 +94,8 @@ if TYPE_CHECKING:
     from dsh_subagent.adapters.reference.postgres_persistence import PostgresPersistence
 
 ModelFor = Callable[[LiveSession, AgentOptions], Model]
+ToolsOf = Callable[[SessionId], ToolRegistry | None]
+"""The tools of a live agent by its id; ``None`` once it is gone (rule 9)."""
 Backend: TypeAlias = "InMemoryPersistence | SqlitePersistence | PostgresPersistence"
 _H = TypeVar("_H", bound="ReferenceHarness")
 
@@ -367,3 +372,20 @@ class ReferenceHarness:
         self._unbind()
         await attempt(self.persistence.close())
         return aggregate_branches("harness", failures)
+
+
+async def open_with_tools_of(
+    model_for: Callable[[LiveSession, AgentOptions, ToolsOf], Model], *, db: str | None = None
+) -> ReferenceHarness:
+    """Open a harness whose ``model_for`` also gets ``tools_of`` (rule 9)."""
+    opened: list[ReferenceHarness] = []
+
+    def tools_of(agent_id: SessionId) -> ToolRegistry | None:
+        agent = opened[0].registry.get(agent_id)
+        return None if agent is None else agent.tools
+
+    def bound(session: LiveSession, options: AgentOptions) -> Model:
+        return model_for(session, options, tools_of)
+
+    opened.append(await ReferenceHarness.open(bound, db=db))
+    return opened[0]

@@ -329,6 +329,38 @@ def require_continues(rows: Sequence[EventRow], length: int) -> None:
         raise invalid("events[0].seq", f"the log has {length} events; expected seq {length}")
 
 
+def encode_new_log(
+    header: SessionHeader, events: Sequence[SessionEvent]
+) -> tuple[str, builtins.list[EventRow]]:
+    """``create``'s input, validated and encoded: the header text and rows from seq 0."""
+    text = encode_header(header)
+    rows = encode_events(events)
+    require_continues(rows, 0)
+    return text, rows
+
+
+def session_exists(session_id: str) -> SubagentError:
+    """The error for a ``create`` under an id a session is already stored under."""
+    return invalid("header.id", f"session {session_id!r} already exists")
+
+
+def require_folded(seq: int, revision: int) -> None:
+    """Raise ``INVALID_ARGUMENT`` on ``as_of_seq`` for a watermark past the log (rule 6)."""
+    if seq > revision:
+        raise invalid("as_of_seq", f"{seq} is past the log's {revision} events")
+
+
+class ListsHeaders:
+    """A backend's ``list``, read from its ``list_snapshots``."""
+
+    async def list_snapshots(self) -> builtins.list[SessionSnapshot]:
+        raise NotImplementedError
+
+    async def list(self) -> builtins.list[SessionHeader]:
+        """Every stored header, in creation order."""
+        return [snapshot.header for snapshot in await self.list_snapshots()]
+
+
 def decode_events(session_id: str, rows: Sequence[EventRow]) -> tuple[SessionEvent, ...]:
     """Decode stored rows (ordered by seq), or raise ``CORRUPT_SESSION`` naming the seq."""
     events: builtins.list[SessionEvent] = []
@@ -581,7 +613,7 @@ class _Stored:
     projection: tuple[int, str] | None = None
 
 
-class InMemoryPersistence:
+class InMemoryPersistence(ListsHeaders):
     """A process-local backend with exactly the SQLite backend's behaviour, for fast tests.
 
     ``peer()`` opens another backend (another lease owner) over the same storage, as a
@@ -719,10 +751,6 @@ class InMemoryPersistence:
         if self._closed:
             raise closed_error()
 
-    async def list(self) -> builtins.list[SessionHeader]:
-        """Every stored header, in creation order."""
-        return [snapshot.header for snapshot in await self.list_snapshots()]
-
     async def revision(self, session_id: SessionId) -> int | None:
         """How many events are stored for ``session_id``; None when no row exists."""
         self._open()
@@ -755,11 +783,9 @@ class InMemoryPersistence:
     async def create(self, header: SessionHeader, events: Sequence[SessionEvent]) -> None:
         """Store a new session whose log starts at seq 0."""
         self._open()
-        text = encode_header(header)
-        rows = encode_events(events)
-        require_continues(rows, 0)
+        text, rows = encode_new_log(header, events)
         if header.id in self._sessions:
-            raise invalid("header.id", f"session {header.id!r} already exists")
+            raise session_exists(header.id)
         self._fence(header.id)
         self._sessions[header.id] = _Stored(text, rows)
 
@@ -801,7 +827,6 @@ class InMemoryPersistence:
         require_session_id(session_id)
         seq, text = encode_projection(as_of_seq, values)
         _, stored = self._get(session_id)
-        if seq > len(stored.rows):
-            raise invalid("as_of_seq", f"{seq} is past the log's {len(stored.rows)} events")
+        require_folded(seq, len(stored.rows))
         if stored.projection is None or stored.projection[0] <= seq:
             stored.projection = (seq, text)

@@ -68,6 +68,7 @@ from dsh_subagent.adapters.reference.persistence import (
     EventRow,
     LeaseOwner,
     LeaseRow,
+    ListsHeaders,
     MailboxListener,
     MailRow,
     check_header,
@@ -77,8 +78,8 @@ from dsh_subagent.adapters.reference.persistence import (
     decode_mail,
     decode_projection,
     encode_events,
-    encode_header,
     encode_mail,
+    encode_new_log,
     encode_projection,
     fence,
     grant,
@@ -88,10 +89,12 @@ from dsh_subagent.adapters.reference.persistence import (
     redact,
     repair_event,
     require_continues,
+    require_folded,
     require_ids,
     require_lease,
     require_session_id,
     require_ttl,
+    session_exists,
     unknown_session,
 )
 from dsh_subagent.adapters.signals import Unsubscribe
@@ -296,7 +299,7 @@ async def _read_record(conn: Conn, session_id: SessionId, *, lock: bool = False)
     return SessionRecord(header, decode_events(session_id, rows))
 
 
-class PostgresPersistence:
+class PostgresPersistence(ListsHeaders):
     """Durable session storage in one PostgreSQL database; ``await open(address)``."""
 
     def __init__(
@@ -424,10 +427,6 @@ class PostgresPersistence:
 
     # ------------------------------------------------------------------ reads
 
-    async def list(self) -> builtins.list[SessionHeader]:
-        """Every stored header, in creation order."""
-        return [snapshot.header for snapshot in await self.list_snapshots()]
-
     async def list_snapshots(self) -> builtins.list[SessionSnapshot]:
         """Every stored header with its revision, in creation order."""
         async with self._transaction() as conn:
@@ -478,14 +477,12 @@ class PostgresPersistence:
         """Store a new session whose log starts at seq 0."""
         if self._closed:
             raise closed_error()
-        text = encode_header(header)
-        rows = encode_events(events)
-        require_continues(rows, 0)
+        text, rows = encode_new_log(header, events)
         sid = header.id
         async with self._transaction(sid) as conn:
             cur = await conn.execute("SELECT 1 FROM sessions WHERE id = %s", (sid,))
             if await cur.fetchone() is not None:
-                raise invalid("header.id", f"session {sid!r} already exists")
+                raise session_exists(sid)
             epoch = await self._fence(conn, sid)
             cur = await conn.execute(
                 """INSERT INTO sessions (id, header) VALUES (%s, %s)
@@ -493,7 +490,7 @@ class PostgresPersistence:
                 (sid, text),
             )
             if await cur.fetchone() is None:  # created concurrently, after the check
-                raise invalid("header.id", f"session {sid!r} already exists")
+                raise session_exists(sid)
             await self._insert_events(conn, sid, rows, epoch)
 
     async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
@@ -536,8 +533,7 @@ class PostgresPersistence:
         async with self._transaction(sid) as conn:
             await _header_text(conn, sid)
             revision = await _revision(conn, sid)
-            if seq > revision:
-                raise invalid("as_of_seq", f"{seq} is past the log's {revision} events")
+            require_folded(seq, revision)
             await conn.execute(
                 """INSERT INTO projection_cache (session_id, as_of_seq, projection)
                 VALUES (%s, %s, %s) ON CONFLICT (session_id) DO UPDATE

@@ -78,9 +78,8 @@ except ModuleNotFoundError as err:  # the base install has no pydantic-ai
 
 from dsh_subagent.adapters import telemetry
 from dsh_subagent.adapters.protocols import Model, ModelRequest, ModelStep, ToolCall, Usage
-from dsh_subagent.adapters.reference.harness import ReferenceHarness
+from dsh_subagent.adapters.reference.harness import ReferenceHarness, ToolsOf, open_with_tools_of
 from dsh_subagent.adapters.reference.session import LiveSession
-from dsh_subagent.adapters.reference.tool_registry import ToolRegistry
 from dsh_subagent.core import wire
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (
@@ -93,13 +92,11 @@ from dsh_subagent.core.values import (
     JsonObject,
     JsonValue,
     SessionEvent,
-    SessionId,
     TextBlock,
 )
 
 AgentFor = Callable[[LiveSession, AgentOptions], PydanticAgent[None, str]]
 """Builds the pydantic-ai agent a child's turns run on."""
-ToolsOf = Callable[[SessionId], ToolRegistry | None]
 """The harness tool layer of a live agent, for the tool definitions offered to a run."""
 
 _current: contextvars.ContextVar[ModelRequest] = contextvars.ContextVar("dsh_model_request")
@@ -304,19 +301,13 @@ async def open_pydantic_ai_harness(
     agent_for: AgentFor, *, db: str | None = None, usage_limits: UsageLimits | None = None
 ) -> ReferenceHarness:
     """The reference harness whose agents' turns run on pydantic-ai agents."""
-    opened: list[ReferenceHarness] = []
 
-    def tools_of(agent_id: SessionId) -> ToolRegistry | None:
-        agent = opened[0].registry.get(agent_id)
-        return None if agent is None else agent.tools
-
-    def model_for(session: LiveSession, options: AgentOptions) -> Model:
+    def model_for(session: LiveSession, options: AgentOptions, tools_of: ToolsOf) -> Model:
         return PydanticAIModel(
             agent_for(session, options), tools_of=tools_of, usage_limits=usage_limits
         )
 
-    opened.append(await ReferenceHarness.open(model_for, db=db))
-    return opened[0]
+    return await open_with_tools_of(model_for, db=db)
 
 
 async def conformance_harness(

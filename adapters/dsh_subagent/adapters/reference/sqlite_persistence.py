@@ -86,6 +86,7 @@ from dsh_subagent.adapters.reference.persistence import (
     EventRow,
     LeaseOwner,
     LeaseRow,
+    ListsHeaders,
     MailboxListener,
     MailRow,
     check_header,
@@ -96,8 +97,8 @@ from dsh_subagent.adapters.reference.persistence import (
     decode_mail,
     decode_projection,
     encode_events,
-    encode_header,
     encode_mail,
+    encode_new_log,
     encode_projection,
     fence,
     grant,
@@ -105,10 +106,12 @@ from dsh_subagent.adapters.reference.persistence import (
     lease_of,
     repair_event,
     require_continues,
+    require_folded,
     require_ids,
     require_lease,
     require_session_id,
     require_ttl,
+    session_exists,
     unknown_session,
 )
 from dsh_subagent.adapters.signals import Unsubscribe
@@ -341,7 +344,7 @@ def _typed_failure(
     )
 
 
-class SqlitePersistence:
+class SqlitePersistence(ListsHeaders):
     """Durable session storage in one SQLite file; create it with ``await open(path)``."""
 
     def __init__(
@@ -432,10 +435,6 @@ class SqlitePersistence:
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, guarded, self._conn)
 
-    async def list(self) -> builtins.list[SessionHeader]:
-        """Every stored header, in creation order."""
-        return [snapshot.header for snapshot in await self.list_snapshots()]
-
     async def list_snapshots(self) -> builtins.list[SessionSnapshot]:
         """Every stored header with its revision, in creation order."""
 
@@ -492,15 +491,13 @@ class SqlitePersistence:
         """Store a new session whose log starts at seq 0."""
         if self._closed:
             raise closed_error()
-        text = encode_header(header)
-        rows = encode_events(events)
-        require_continues(rows, 0)
+        text, rows = encode_new_log(header, events)
         sid = header.id
 
         def job(conn: sqlite3.Connection) -> None:
             exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone()
             if exists is not None:
-                raise invalid("header.id", f"session {sid!r} already exists")
+                raise session_exists(sid)
             self._fence(conn, sid)
             conn.execute(
                 """INSERT INTO sessions (id, header, created_seq) VALUES
@@ -642,8 +639,7 @@ class SqlitePersistence:
             with _transaction(conn, "BEGIN IMMEDIATE"):
                 _header_text(conn, sid)
                 revision = _revision(conn, sid)
-                if seq > revision:
-                    raise invalid("as_of_seq", f"{seq} is past the log's {revision} events")
+                require_folded(seq, revision)
                 conn.execute(
                     """INSERT INTO projection_cache (session_id, as_of_seq, projection)
                     VALUES (?, ?, ?) ON CONFLICT (session_id) DO UPDATE
