@@ -22,6 +22,7 @@ from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, Scripted
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.adapters.signals import AbortController
 from dsh_subagent.core.errors import ErrorCode
+from dsh_subagent.core.lifecycle import SUBAGENT_END, RunEndInfo
 from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.values import (
     INBOX_SPLICED,
@@ -74,6 +75,130 @@ def _messages(events: tuple[SessionEvent, ...], kind: str) -> list[dict[str, Jso
         elif kind == "claimed" and event.type == USER_MESSAGE:
             found.append(data["message"])  # type: ignore[index, call-overload, arg-type]
     return found
+
+
+async def _grandchild_running(harness: ReferenceHarness, models: Models) -> None:
+    """Root, its child ``p`` and ``p``'s child ``g``, both held in their first model step;
+    closing the harness then drains ``g`` first, so its notice enters ``p``'s inbox while
+    ``p`` is being torn down."""
+    working, deep = Gate(), Gate()
+    models.of(P).extend([Gated(working, reply("p done"))])
+    models.of(G).extend([Gated(deep, reply("g done"))])
+    root = await harness.create_agent("root")
+    spec = ContinuableStartSpec("spawn", "w", root, (TextBlock("go"),), child_id=P)
+    await harness.service.start_continuable(spec)
+    await working.reached()
+    parent = harness.registry.get(P)
+    assert parent is not None
+    spec = ContinuableStartSpec("spawn", "w", parent, (TextBlock("dig"),), child_id=G)
+    await harness.service.start_continuable(spec)
+    await deep.reached()
+
+
+def _cancels(events: Sequence[SessionEvent]) -> list[SessionEvent]:
+    """The splices that cancelled pending messages."""
+    return [
+        e
+        for e in events
+        if e.type == INBOX_SPLICED and e.data.get("outcome") == "canceled"  # type: ignore[union-attr]
+    ]
+
+
+class FailsCancels(SqlitePersistence):
+    """SQLite persistence whose appends to ``p`` that carry a cancel splice fail: all of
+    them, or the first ``failures``. It records the appends to ``p``."""
+
+    failures: int | None = None
+
+    async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
+        if session_id == P:
+            self.appends = [*getattr(self, "appends", []), tuple(events)]
+            if _cancels(events) and (self.failures is None or self.failures > 0):
+                self.failures = None if self.failures is None else self.failures - 1
+                raise OSError("disk gone")
+        await super().append(session_id, events)
+
+
+async def _ends_of_p(persistence: SqlitePersistence, models: Models) -> tuple[Session, RunEndInfo]:
+    """Run the grandchild scenario to the harness's close; ``p``'s session and its end."""
+    ends: list[RunEndInfo] = []
+    async with ReferenceHarness(persistence, models) as harness:
+        harness.service.on(SUBAGENT_END, ends.append)  # type: ignore[arg-type]
+        await _grandchild_running(harness, models)
+        parent = harness.registry.get(P)
+        assert parent is not None
+    (end,) = [info for info in ends if info.start.child_id == P]
+    return parent.session, end
+
+
+async def _stored(db: Path, session_id: SessionId) -> tuple[SessionEvent, ...]:
+    reader = await SqlitePersistence.open(db, readonly=True)
+    try:
+        return (await reader.inspect(session_id)).events
+    finally:
+        await reader.close()
+
+
+def test_dur_4_the_disposals_cancel_is_written_by_the_final_flush(tmp_path: Path) -> None:
+    """The cancel splice of ``g``'s notice and ``p``'s log tail are one write, the final
+    flush: failing every write that carries the cancel is ``p``'s ``DURABILITY_FAILED``, and
+    nothing of that tail reaches the store (no second write carries the cancel alone)."""
+    db = tmp_path / "s.db"
+    models = Models()
+
+    async def main() -> None:
+        session, end = await _ends_of_p(await FailsCancels.open(db), models)
+        assert _cancels(session.events)  # the disposal cancelled the notice
+        assert end.durability_failed
+        stored = await _stored(db, P)
+        assert not _cancels(stored)
+        assert stored == session.events[: len(stored)]
+        assert len(stored) < session.seq  # the tail was not written either
+
+    run(main)
+
+
+def test_dur_4_a_failed_final_flush_is_retried_and_the_discard_is_never_claimed(
+    tmp_path: Path,
+) -> None:
+    """The final flush that carries ``p``'s cancel splice fails once: it is tried again, in
+    one write with the tail, before the lease is given up; the epoch ends durable, and after
+    a restart the discarded notice is neither pending nor claimed (SVC-INBOX-1)."""
+    db = tmp_path / "s.db"
+    models = Models()
+
+    async def main() -> None:
+        persistence = await FailsCancels.open(db)
+        assert isinstance(persistence, FailsCancels)
+        persistence.failures = 1
+        session, end = await _ends_of_p(persistence, models)
+        (cancel,) = _cancels(session.events)
+        tried = [events for events in persistence.appends if cancel in events]
+        assert len(tried) == 2  # the same write, tried again
+        assert tried[0] == tried[1]
+        assert tried[1][-1] == session.events[-1]  # nothing was left for a second write
+        assert not end.durability_failed
+        assert await _stored(db, P) == session.events
+        (notice,) = [
+            m["id"]
+            for m in _messages(session.events, "inserted")
+            if m["source"]["kind"] == "subagent-settled"  # type: ignore[index, call-overload]
+        ]
+        models.models.clear()
+        async with ReferenceHarness.open(models, db=db) as harness:
+            await harness.resume_agent("root")
+            grant = harness.service.user_authority()
+            source = CoordinatorSource(SessionId("host"))
+            again = await harness.service.followup(P, (TextBlock("again"),), grant, source=source)
+            resumed = harness.registry.get(P)
+            assert resumed is not None
+            assert notice not in resumed.pending()
+            await resumed.when_idle()
+            claimed = [m["id"] for m in _messages(resumed.session.events, "claimed")]
+            assert notice not in claimed
+            assert claimed[-1] == again
+
+    run(main)
 
 
 def test_dur_4_a_notice_discarded_by_the_parents_disposal_stays_discarded_after_restart(

@@ -25,9 +25,13 @@ Theory of operation
    teardown failure (or None) when its end edge is performed. After the handle's disposal
    the child's store lease is given up (``release_lease``, LEASE-6): an Activation holds it
    from its grant to its release; a release that fails is logged and the lease expires.
-   Between the two, the disposal's own log tail (the cancel splice of whatever its inbox
-   still held, such as a settlement notice) is committed, so a discard is as durable as the
-   insertion it cancels (DUR-4).
+   The disposal's cancel splice (whatever the idle child's inbox still holds, such as a
+   settlement notice) is made right before the final flush, as ``FlushSession`` orders, so
+   the flush's one commit carries the log tail and its discards (DUR-4). A write that raises
+   is tried again (``WRITE_ATTEMPTS`` in all); and before the lease is given up, whatever
+   the store does not hold yet (a failed flush's tail, or the cancel of a message that
+   arrived during the flush, made by the handle's disposal) is committed the same way, so
+   the next taker never finds a discarded message pending.
 5. Notices and reports never stall teardown: a failing notice send is logged and dropped
    (NOTICE-14); a failing accounted send withdraws its id (RES-2). A sent notice is
    committed with its parent's session in the send's span (DUR-1); the child's release
@@ -53,6 +57,7 @@ from dsh_subagent.adapters.protocols import (
     AgentRegistry,
     CancelCause,
     InboxNotification,
+    Session,
     SessionStore,
     StatusNotification,
 )
@@ -95,6 +100,7 @@ from dsh_subagent.core.manager.events import (
     Event,
     FlushReported,
     FollowupRequested,
+    MailboxArrived,
     MessageAccepted,
     MessageClaimed,
     MessageDiscarded,
@@ -105,6 +111,7 @@ from dsh_subagent.core.output import epoch_stop_reason, final_assistant_output, 
 from dsh_subagent.core.residency import AgentStatus
 from dsh_subagent.core.teardown import Boundary, FlushOutcome, boundary_failure, combine_failures
 from dsh_subagent.core.values import (
+    CancelKind,
     Content,
     EventId,
     KnownStop,
@@ -116,6 +123,10 @@ from dsh_subagent.core.values import (
 )
 
 _log = logging.getLogger("dsh_subagent.adapters.continuation")
+_DISPOSED = CancelCause(CancelKind.DISPOSED)
+WRITE_ATTEMPTS = 3
+"""How often a teardown write of a child's log (the final flush, the disposal's tail) is
+tried before its failure stands (rule 4, DUR-4)."""
 
 LifecycleInfo: TypeAlias = RunStartInfo | RunEndInfo
 Emit = Callable[[str, LifecycleInfo], None]
@@ -258,18 +269,26 @@ class Engine:
         Returns the acceptance, or what the requester must do instead (CONT-14, CONT-15).
         """
         message = UserMessage(self.message_id(), content, source)
-        self.outbox[message.id] = message
-        try:
-            event = FollowupRequested(self.event_id(), child_id, message.id, authority())
-            routed = self.dispatch(event)
-        finally:
-            self.outbox.pop(message.id, None)
+        event = FollowupRequested(self.event_id(), child_id, message.id, authority())
+        routed = self.route(message, event)
         assert isinstance(routed, Routed)
         self.tracing.routed(child_id, routed.value)
         if routed is Routed.DELIVERED:
-            self.dispatch(MessageAccepted(self.event_id(), child_id, message.id))
             session = self.children[child_id].handle.agent.session
             return accepted(self.sessions, session, message.id)
+        return routed
+
+    def route(self, message: UserMessage, event: FollowupRequested | MailboxArrived) -> Handback:
+        """Offer ``message`` to the core (a follow-up, or durable mail arrived): it waits in
+        the outbox for the dispatch alone, and a delivery is reported accepted (CONT-16,
+        DUR-22). No await."""
+        self.outbox[message.id] = message
+        try:
+            routed = self.dispatch(event)
+        finally:
+            self.outbox.pop(message.id, None)
+        if routed is Routed.DELIVERED:
+            self.dispatch(MessageAccepted(self.event_id(), event.child_id, message.id))
         return routed
 
     def drain(self, event: DrainRequested) -> list[asyncio.Future[SubagentError | None]]:
@@ -441,27 +460,47 @@ class Engine:
         task.add_done_callback(self._tasks.discard)
 
     async def _flush(self, live: LiveChild) -> None:
-        """Quiesce, the best-effort final flush, then the release (TEAR-2 steps 6-9)."""
+        """Quiesce, the disposal's cancel, the final flush, then the release (TEAR-2 steps
+        6-9, rule 4)."""
         agent = live.handle.agent
         try:
             await agent.when_idle()
+            # The disposal's cancel splice, made now: the final flush carries it (DUR-4).
+            agent.cancel(_DISPOSED, keep_inbox=False)
         except Exception as exc:
             live.failures.append(boundary_failure(Boundary.ACTIVATION, repr(exc)))
-        outcome = FlushOutcome.FAILED
-        try:
-            confirmed = await self.sessions.flush(agent.session)
-            outcome = FlushOutcome.OK if confirmed else FlushOutcome.UNCONFIRMED
-        except Exception:
-            _log.warning(
-                "final flush of %s failed; persisted state may be unavailable or stale on resume",
-                live.child_id,
-                exc_info=True,
-                extra=live.fields(),
-            )
+        flushed = agent.session.seq
+        outcome = await self._write_log(live, self.sessions.flush)
         # The core answers with ``DisposeHandle``; this task carries the release on, so a
         # child's teardown never needs a second task.
         self.dispatch(FlushReported(self.event_id(), live.child_id, outcome))
-        await self._release(live)
+        await self._release(live, flushed if outcome is FlushOutcome.OK else None)
+
+    async def _write_log(
+        self, live: LiveChild, write: Callable[[Session], Awaitable[bool]]
+    ) -> FlushOutcome:
+        """``write`` the child's log; one that raises is tried again, ``WRITE_ATTEMPTS`` in
+        all (rule 4); False (nothing persists) and a fenced refusal are final."""
+        session = live.handle.agent.session
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                confirmed = await write(session)
+            except Exception as exc:
+                final = attempt == WRITE_ATTEMPTS or _refused(exc)
+                _log.warning(
+                    "final flush of %s failed%s",
+                    live.child_id,
+                    "; persisted state may be unavailable or stale on resume"
+                    if final
+                    else f" (attempt {attempt}); trying again",
+                    exc_info=True,
+                    extra=live.fields(),
+                )
+                if final:
+                    break
+                continue
+            return FlushOutcome.OK if confirmed else FlushOutcome.UNCONFIRMED
+        return FlushOutcome.FAILED
 
     def _dispose(self, child_id: SessionId, *, after_flush: bool) -> None:
         if after_flush:
@@ -469,8 +508,9 @@ class Engine:
         live = self.children.pop(child_id)
         live.rollback = asyncio.ensure_future(live.handle.dispose())
 
-    async def _release(self, live: LiveChild) -> None:
-        """Capture the epoch, dispose the handle, report (TEAR-2 steps 8-9, TEAR-5)."""
+    async def _release(self, live: LiveChild, stored: int | None) -> None:
+        """Capture the epoch, dispose the handle, report (TEAR-2 steps 8-9, TEAR-5);
+        ``stored`` is the log length the final flush confirmed (None: not confirmed)."""
         boundaries: set[Boundary] = {Boundary.ACTIVATION} if live.failures else set()
         agent = live.handle.agent
         try:
@@ -492,7 +532,8 @@ class Engine:
         except Exception as exc:
             live.failures.append(boundary_failure(Boundary.HANDLE, repr(exc)))
             boundaries.add(Boundary.HANDLE)
-        await self._commit_tail(live)
+        if stored is None or agent.session.seq > stored:
+            await self._commit_tail(live)
         await release_lease(live)
         parent = None if live.parent_session is None else self.agents.get(live.parent_session)
         status = AgentStatus.IDLE
@@ -511,18 +552,11 @@ class Engine:
         )
 
     async def _commit_tail(self, live: LiveChild) -> None:
-        """The disposal's own log tail (its inbox's cancel splice: a discarded notice stays
-        discarded after a restart) is written under the lease, before it is given up
-        (rule 4, DUR-4); a failure is logged."""
-        try:
-            await self.sessions.commit(live.handle.agent.session)
-        except Exception:
-            _log.warning(
-                "the disposal of %s was not persisted",
-                live.child_id,
-                exc_info=True,
-                extra=live.fields(),
-            )
+        """What the store may not hold yet (a failed flush's tail, the cancel splice of a
+        message that arrived during the flush) is committed under the lease, before it is
+        given up (rule 4, DUR-4): a discarded notice stays discarded after a restart."""
+        if await self._write_log(live, self.sessions.commit) is FlushOutcome.FAILED:
+            _log.warning("the disposal of %s was not persisted", live.child_id, extra=live.fields())
 
     async def settle_tasks(self) -> None:
         """Wait until no teardown task is pending (tests and drains)."""
@@ -554,6 +588,15 @@ class _Watch:
         busy = self._agent.status is AgentStatus.RUNNING
         kind = AgentBecameBusy if busy else AgentBecameIdle
         engine.dispatch(kind(engine.event_id(), self._child_id))
+
+
+def _refused(error: Exception) -> bool:
+    """A write the store's fence refused (the lease is another's): trying it again changes
+    nothing."""
+    return isinstance(error, SubagentError) and error.code in _FINAL
+
+
+_FINAL = frozenset({ErrorCode.LEASE_LOST, ErrorCode.ACTIVATION_HELD})
 
 
 async def release_lease(live: LiveChild) -> None:

@@ -122,7 +122,9 @@ class CancelAgent:
 
 @attrs.frozen
 class FlushSession:
-    """Await the child's idle, then flush its session (TEAR-2 steps 6-7)."""
+    """Await the child's idle, clear its inbox as its disposal will (a ``disposed`` cancel),
+    then flush its session: one commit carries the log tail and its discards (TEAR-2 steps
+    6-7, DUR-4)."""
 
     cause: EventId
     child_id: SessionId
