@@ -8,7 +8,9 @@ import pytest
 
 from dsh_subagent.core import budget as b
 from dsh_subagent.core.budget import Amounts, Budget, Exhausted, Ledger
+from dsh_subagent.core.budget_log import BUDGET_CHARGED, decode_budget, fold_budget
 from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.values import JsonValue, SessionEvent
 
 ONE_REQUEST = Amounts(model_requests=1)
 
@@ -114,3 +116,28 @@ def test_budget_14_a_raised_deadline_never_passes_the_parents() -> None:
     raised = b.raise_caps(ledger, "kid", Budget(wall_ms=500), 20)
     assert raised.nodes["kid"].deadline_ms == 100
     assert b.raise_caps(ledger, "root", Budget(wall_ms=500), 20).nodes["root"].deadline_ms == 520
+
+
+def test_budget_15_a_zero_cap_in_the_log_decodes() -> None:
+    assert decode_budget({"model_requests": 0, "wall_ms": 0}, "d") == Budget(0, None, None, 0)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([1], "budget: must be an object"),
+        ({"coffee": 1}, "budget.coffee: is not a budget dimension"),
+        ({"input_tokens": -1}, "budget.input_tokens: must be a non-negative integer, got -1"),
+    ],
+)
+def test_budget_15_a_damaged_budget_names_its_reason(data: JsonValue, message: str) -> None:
+    assert _refusal(decode_budget, data, "budget")[2] == message
+
+
+def test_budget_15_a_damaged_charge_is_a_corrupt_session_naming_the_record() -> None:
+    damaged = [SessionEvent(BUDGET_CHARGED, 3, 0.0, "x")]
+    assert _refusal(fold_budget, damaged) == (
+        ErrorCode.CORRUPT_SESSION,
+        "events[3].data",
+        "INVALID_ARGUMENT [events[3].data]: events[3].data: not an object",
+    )
