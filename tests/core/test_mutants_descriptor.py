@@ -1,0 +1,89 @@
+"""Descriptor and depth rules the mutation check found unpinned (docs/mutation.md lists each)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from dsh_subagent.core.depth import MAX_DEPTH, child_depth, validate_depth
+from dsh_subagent.core.descriptor import (
+    DescriptorProblem,
+    fold_descriptor,
+    parse_descriptor_payload,
+    resume_descriptor,
+    snapshot_descriptor,
+)
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.values import (
+    DESCRIPTOR_EVENT,
+    JsonObject,
+    Mode,
+    SessionEvent,
+    ToolFilter,
+)
+
+CORRUPT: JsonObject = {"version": 2, "mode": "continuable", "provider": "p"}  # no label
+
+
+def _refusal(call: Callable[..., object], *args: object, **kwargs: object) -> SubagentError:
+    with pytest.raises(SubagentError) as caught:
+        call(*args, **kwargs)
+    return caught.value
+
+
+def test_depth_2_a_depth_past_the_largest_is_refused_with_the_bound() -> None:
+    error = _refusal(validate_depth, MAX_DEPTH + 1, "d")
+    assert error.message == f"d: must be at most {MAX_DEPTH}, got {MAX_DEPTH + 1}"
+
+
+def test_depth_3_the_largest_depth_is_reachable_and_one_more_is_refused_naming_max_depth() -> None:
+    assert child_depth(MAX_DEPTH - 1, None) == MAX_DEPTH
+    error = _refusal(child_depth, MAX_DEPTH, None)
+    assert (error.code, error.field, error.message) == (
+        ErrorCode.DEPTH_LIMIT_EXCEEDED,
+        "max_depth",
+        f"delegation depth {MAX_DEPTH + 1} would exceed the maximum depth {MAX_DEPTH}",
+    )
+    assert _refusal(child_depth, 2, 2).field == "max_depth"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("agent_provider", "a"), ("agent_model", "m"), ("tool_filter", ToolFilter(allow=("x",)))],
+)
+def test_desc_5_a_one_shot_descriptor_refuses_each_continuable_field_by_name(
+    name: str, value: object
+) -> None:
+    error = _refusal(snapshot_descriptor, mode=Mode.ONE_SHOT, provider="p", **{name: value})
+    assert (error.field, error.message) == (
+        f"descriptor.{name}",
+        f"descriptor.{name}: only a continuable descriptor carries it",
+    )
+
+
+def test_desc_5_a_continuable_descriptor_needs_a_provider_and_a_label() -> None:
+    assert _refusal(snapshot_descriptor, mode=Mode.CONTINUABLE, provider="", label="l").field == (
+        "descriptor.provider"
+    )
+    error = _refusal(snapshot_descriptor, mode=Mode.CONTINUABLE, provider="p")
+    assert error.message == "descriptor.label: a continuable descriptor requires a label"
+
+
+def test_desc_9_a_seed_length_outside_the_log_names_both_lengths() -> None:
+    error = _refusal(fold_descriptor, (), 5)
+    assert error.message == "seed length 5 does not fit a log of 0 events"
+
+
+def test_desc_10_a_corrupt_or_missing_descriptor_at_resume_says_why() -> None:
+    problem = parse_descriptor_payload(CORRUPT)
+    assert isinstance(problem, DescriptorProblem)
+    assert problem.message == "label must be a string"
+    events = (SessionEvent(DESCRIPTOR_EVENT, 0, 0.0, CORRUPT),)
+    error = _refusal(resume_descriptor, fold_descriptor(events, 0))
+    assert error.message == "the persisted subagent descriptor is corrupt: label must be a string"
+    error = _refusal(resume_descriptor, fold_descriptor((), 0))
+    assert error.message == (
+        "the child has no supported continuable descriptor and cannot be resumed; "
+        "do not retry send_message with this id"
+    )
