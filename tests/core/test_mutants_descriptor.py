@@ -9,6 +9,7 @@ import pytest
 from dsh_subagent.core.depth import MAX_DEPTH, child_depth, validate_depth
 from dsh_subagent.core.descriptor import (
     DescriptorProblem,
+    ProblemKind,
     fold_descriptor,
     parse_descriptor_payload,
     resume_descriptor,
@@ -18,6 +19,7 @@ from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (
     DESCRIPTOR_EVENT,
     JsonObject,
+    JsonValue,
     Mode,
     SessionEvent,
     ToolFilter,
@@ -87,3 +89,20 @@ def test_desc_10_a_corrupt_or_missing_descriptor_at_resume_says_why() -> None:
         "the child has no supported continuable descriptor and cannot be resumed; "
         "do not retry send_message with this id"
     )
+
+
+@pytest.mark.parametrize(
+    ("tool_filter", "field", "message"),
+    [
+        ("x", "payload.toolFilter", "toolFilter must be an object"),
+        ({}, "payload.toolFilter", "toolFilter must declare allow and/or deny"),
+        ({"allow": "x"}, "payload.toolFilter.allow", "allow must be an array of strings"),
+        ({"deny": [1]}, "payload.toolFilter.deny", "deny must be an array of strings"),
+    ],
+)
+def test_desc_7_a_malformed_tool_filter_is_corrupt_naming_the_field_and_why(
+    tool_filter: JsonValue, field: str, message: str
+) -> None:
+    payload: JsonObject = {**CORRUPT, "label": "l", "toolFilter": tool_filter}
+    problem = parse_descriptor_payload(payload)
+    assert problem == DescriptorProblem(ProblemKind.CORRUPT, message, field)
