@@ -106,3 +106,39 @@ def test_desc_7_a_malformed_tool_filter_is_corrupt_naming_the_field_and_why(
     payload: JsonObject = {**CORRUPT, "label": "l", "toolFilter": tool_filter}
     problem = parse_descriptor_payload(payload)
     assert problem == DescriptorProblem(ProblemKind.CORRUPT, message, field)
+
+
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [
+        ("x", DescriptorProblem(ProblemKind.CORRUPT, "the payload must be an object", "payload")),
+        (
+            {"version": "2"},
+            DescriptorProblem(
+                ProblemKind.CORRUPT, "the version must be a number", "payload.version"
+            ),
+        ),
+        (
+            {"version": 3, "mode": "continuable"},
+            DescriptorProblem(ProblemKind.UNSUPPORTED, "descriptor version 3 is not supported"),
+        ),
+        (
+            {"version": 2, "mode": "x"},
+            DescriptorProblem(
+                ProblemKind.CORRUPT, 'the mode must be "one-shot" or "continuable"', "payload.mode"
+            ),
+        ),
+        (
+            {**CORRUPT, "label": "l", "zz": 1},
+            DescriptorProblem(ProblemKind.CORRUPT, "unknown field 'zz'", "payload.zz"),
+        ),
+        (
+            {**CORRUPT, "provider": 5, "label": "l"},
+            DescriptorProblem(ProblemKind.CORRUPT, "provider must be a string", "payload.provider"),
+        ),
+    ],
+)
+def test_desc_6_desc_7_each_unreadable_payload_is_classified_with_its_reason(
+    payload: JsonValue, problem: DescriptorProblem
+) -> None:
+    assert parse_descriptor_payload(payload) == problem
