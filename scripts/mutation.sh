@@ -103,11 +103,14 @@ export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 run_mutmut() {
   local name="$1"
   shift
+  local start=$SECONDS
   echo "== mutating $name (at most ${limit}s)"
   timeout --signal=INT --kill-after=30 "$limit" \
     "$python" -m mutmut run --max-children "$jobs" "$@" > "$work/run-$name.log" 2>&1 \
     || echo "   mutmut ended with status $? (124: the time limit); see $work/run-$name.log"
+  echo "$name $((SECONDS - start))" >> "$work/times.txt"
 }
+: > "$work/times.txt"
 if [[ -n "$recheck" ]]; then
   # The previous run's survivors against the tests as they are now, under one bound.
   [[ -s "$work/survivors.txt" ]] || { echo "no $work/survivors.txt to recheck" >&2; exit 2; }
@@ -119,25 +122,60 @@ else
 fi
 "$python" -m mutmut results --all true > "$work/results.txt" || true
 "$python" - "$work" "$repo/docs/mutation.md" "${modules[@]}" <<'PY'
-import pathlib, re, sys
+# The summary: a table per module, survivors.txt (what --recheck re-runs) and triage.md, the
+# triage rows regenerated from this run (the row docs/mutation.md has for a triaged survivor, a
+# TODO row with mutmut's diff line for a new one). Only a row whose outcome is "equivalent",
+# "accepted" or "not reachable" triages a survivor; a survivor docs/mutation.md lists as
+# "killed" is a regression. Exit 1 when a survivor is not triaged.
+import pathlib, re, subprocess, sys
 work, triage, modules = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3:]
-listed = set(re.findall(r"`(dsh_subagent\.core\.[^`\s]+__mutmut_\d+)`", triage.read_text()))
+doc_rows = {
+    m.group(2): m.group(0)
+    for m in re.finditer(r"^\| (\S+) \| `(dsh_subagent\.core\.\S+__mutmut_\d+)` \|.*\| (.+) \|$",
+                         triage.read_text(), re.M)
+}
+def outcome(row: str) -> str:
+    return row.rsplit(" | ", 1)[1]
+accepted = {n for n, r in doc_rows.items()
+            if outcome(r).startswith(("equivalent", "accepted", "not reachable"))}
 rows = re.findall(r"^\s*(\S+__mutmut_\d+): (.+)$", (work / "results.txt").read_text(), re.M)
 detected = {"killed", "timeout", "segfault", "caught by type check"}  # a timeout is a detection
 missed = {"survived", "no tests"}  # "no tests": no selected test reaches the mutated function
-print(f"{'module':<12} {'mutants':>8} {'killed':>8} {'survived':>9} {'unchecked':>10}")
-untriaged = []
+times = dict(line.split() for line in (work / "times.txt").read_text().splitlines())
+head = ("module", "mutants", "killed", "equivalent", "survived", "unchecked", "seconds")
+print("{:<17} {:>7} {:>7} {:>10} {:>8} {:>9} {:>7}".format(*head))
+untriaged, stale, regenerated = [], [], []
 for m in modules:
     mine = [(n, s) for n, s in rows if n.startswith(f"dsh_subagent.core.{m}.x")]
     killed = sum(s in detected for _, s in mine)
     survived = [n for n, s in mine if s in missed]
+    equivalent = [n for n in survived if n in accepted]
     unchecked = len(mine) - killed - len(survived)
-    print(f"{m:<12} {len(mine):>8} {killed:>8} {len(survived):>9} {unchecked:>10}")
-    untriaged += [n for n in survived if n not in listed]
+    print(f"{m:<17} {len(mine):>7} {killed:>7} {len(equivalent):>10} "
+          f"{len(survived) - len(equivalent):>8} {unchecked:>9} {times.get(m, '-'):>7}")
+    untriaged += [n for n in survived if n not in accepted]
+    stale += [n for n, s in mine if s in detected and n in accepted]
+    for n in survived:
+        if n in accepted:
+            regenerated.append(doc_rows[n])
+            continue
+        diff = subprocess.run([sys.executable, "-m", "mutmut", "show", n],
+                              capture_output=True, text=True).stdout.splitlines()
+        lines = [d for d in diff if d[:1] in "+-" and d[:3] not in ("+++", "---")]
+        added = [d[1:].strip() for d in lines if d.startswith("+")]
+        change = added[0] if added else f"removed: {lines[0][1:].strip()}" if lines else "?"
+        change = change.replace("`", "").replace("|", "\\|")
+        regenerated.append(f"| {m} | `{n}` | `{change}` | TODO: a killing test, or why it is equivalent |")
 (work / "survivors.txt").write_text("".join(f"{n}\n" for n, s in rows if s in missed))
-print(f"survivors: {work}/survivors.txt; diff of one: (cd {work} && mutmut show NAME)")
+(work / "triage.md").write_text("".join(f"{r}\n" for r in regenerated))
+print(f"survivors: {work}/survivors.txt; their triage rows: {work}/triage.md;"
+      f" diff of one: (cd {work} && mutmut show NAME)")
+if stale:
+    print(f"{len(stale)} mutant(s) docs/mutation.md calls equivalent were killed (fix the row):")
+    print("".join(f"  {n}\n" for n in stale), end="")
 if untriaged:
-    print(f"{len(untriaged)} survivor(s) not triaged in docs/mutation.md:")
+    print(f"{len(untriaged)} survivor(s) not triaged in docs/mutation.md"
+          " (a row listing one as killed is a regression):")
     print("".join(f"  {n}\n" for n in untriaged), end="")
     sys.exit(1)
 PY

@@ -1,0 +1,143 @@
+"""Budget rules the mutation check found unpinned (docs/mutation.md lists each mutant)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from dsh_subagent.core import budget as b
+from dsh_subagent.core.budget import Amounts, Budget, Exhausted, Ledger
+from dsh_subagent.core.budget_log import BUDGET_CHARGED, decode_budget, fold_budget
+from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.values import JsonValue, SessionEvent
+
+ONE_REQUEST = Amounts(model_requests=1)
+
+
+def _refusal(call: Callable[..., object], *args: object) -> tuple[ErrorCode, str | None, str]:
+    with pytest.raises(SubagentError) as caught:
+        call(*args)
+    return caught.value.code, caught.value.field, caught.value.message
+
+
+def test_budget_1_a_budget_that_is_not_a_budget_is_refused_naming_the_field() -> None:
+    assert _refusal(b.validate_budget, {"model_requests": 1}, "request.budget") == (
+        ErrorCode.INVALID_ARGUMENT,
+        "request.budget",
+        "request.budget: must be a Budget",
+    )
+
+
+def test_budget_8_an_unknown_or_duplicate_node_is_refused_naming_the_node() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(), 0)
+    assert _refusal(b.open_root, ledger, "root", Budget(), 0) == (
+        ErrorCode.DUPLICATE_CHILD,
+        "node",
+        "budget node 'root' is already open",
+    )
+    assert _refusal(b.caps, ledger, "ghost") == (
+        ErrorCode.NOT_FOUND,
+        "node",
+        "no open budget node 'ghost'",
+    )
+
+
+def test_budget_7_a_child_opened_past_its_parents_deadline_names_the_parent() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(wall_ms=10), 0)
+    assert _refusal(b.open_child, ledger, "root", "kid", Budget(), 10) == (
+        ErrorCode.BUDGET_EXHAUSTED,
+        "budget.wall_ms",
+        "the budget of 'root' is exhausted: no wall_ms left",
+    )
+
+
+def test_budget_8_reservations_get_distinct_ids_and_each_settles_once() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=3), 0)
+    grants = []
+    for _ in range(3):
+        result = b.reserve(ledger, "root", ONE_REQUEST, ONE_REQUEST, 0)
+        assert not isinstance(result, Exhausted)
+        ledger, grant = result
+        grants.append(grant.id)
+    assert len(set(grants)) == 3
+    for grant_id in grants:
+        ledger = b.settle(ledger, grant_id, None)
+    assert ledger.reservations == {}
+    assert ledger.nodes["root"].own[0] == b.Account(limit=3, consumed=3)
+
+
+def test_budget_15_a_negative_folded_charge_is_refused_naming_the_dimension() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(output_tokens=5), 0)
+    assert _refusal(b.charge, ledger, "root", Amounts(output_tokens=-3)) == (
+        ErrorCode.INVALID_ARGUMENT,
+        "used.output_tokens",
+        "used.output_tokens: must be non-negative, got -3",
+    )
+
+
+def test_budget_14_caps_report_each_owned_dimension_in_place() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(1, 2, 3, 40), 0)
+    assert b.caps(ledger, "root") == Budget(1, 2, 3, None)
+
+
+def test_budget_14_a_bad_raise_is_refused_naming_the_field_and_the_payer() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=3), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(model_requests=3), 0)
+    ledger = b.open_child(ledger, "root", "shared", Budget(), 0)
+    assert _refusal(b.raise_caps, ledger, "kid", Budget(input_tokens=-1), 0) == (
+        ErrorCode.INVALID_ARGUMENT,
+        "budget.input_tokens",
+        "budget.input_tokens: must be a non-negative integer or None, got -1",
+    )
+    assert _refusal(b.raise_caps, ledger, "shared", Budget(model_requests=4), 0) == (
+        ErrorCode.INVALID_ARGUMENT,
+        "budget.model_requests",
+        "budget.model_requests: 'shared' has no cap of its own here; raise its payer's",
+    )
+    assert _refusal(b.raise_caps, ledger, "kid", Budget(model_requests=4), 0) == (
+        ErrorCode.BUDGET_EXHAUSTED,
+        "budget.model_requests",
+        "the budget of 'root' is exhausted: no model_requests left",
+    )
+
+
+def test_budget_14_each_owned_dimension_is_raised_on_its_own_even_by_one() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=2, input_tokens=5), 0)
+    raised = b.raise_caps(ledger, "root", Budget(input_tokens=6), 0)
+    assert b.caps(raised, "root") == Budget(model_requests=2, input_tokens=6)
+    raised = b.raise_caps(raised, "root", Budget(model_requests=2, input_tokens=9), 0)
+    assert b.caps(raised, "root") == Budget(model_requests=2, input_tokens=9)
+
+
+def test_budget_14_a_raised_deadline_never_passes_the_parents() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(wall_ms=100), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(wall_ms=10), 0)
+    raised = b.raise_caps(ledger, "kid", Budget(wall_ms=500), 20)
+    assert raised.nodes["kid"].deadline_ms == 100
+    assert b.raise_caps(ledger, "root", Budget(wall_ms=500), 20).nodes["root"].deadline_ms == 520
+
+
+def test_budget_15_a_zero_cap_in_the_log_decodes() -> None:
+    assert decode_budget({"model_requests": 0, "wall_ms": 0}, "d") == Budget(0, None, None, 0)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([1], "budget: must be an object"),
+        ({"coffee": 1}, "budget.coffee: is not a budget dimension"),
+        ({"input_tokens": -1}, "budget.input_tokens: must be a non-negative integer, got -1"),
+    ],
+)
+def test_budget_15_a_damaged_budget_names_its_reason(data: JsonValue, message: str) -> None:
+    assert _refusal(decode_budget, data, "budget")[2] == message
+
+
+def test_budget_15_a_damaged_charge_is_a_corrupt_session_naming_the_record() -> None:
+    damaged = [SessionEvent(BUDGET_CHARGED, 3, 0.0, "x")]
+    assert _refusal(fold_budget, damaged) == (
+        ErrorCode.CORRUPT_SESSION,
+        "events[3].data",
+        "INVALID_ARGUMENT [events[3].data]: events[3].data: not an object",
+    )
