@@ -233,7 +233,8 @@ def open_disposal(
     firsts = frozenset(roots)
     flushing: list[SessionId] = []
     for node in plan_teardown(Forest(step.records), roots).cancel_order:
-        record = step.records[node]
+        record = step.get(node)
+        assert record is not None  # the plan walks the records
         edge = trigger if node in firsts else Trigger.DISPOSAL_OPENED
         target = STATE_TRIGGERED.get((record.phase, edge))
         if target is None:
