@@ -173,11 +173,9 @@ class Step:
         return self._records
 
     def get(self, child_id: SessionId | None) -> Activation | None:
-        if child_id is None:
-            return None
-        if child_id in self._written:
+        if child_id in self._written:  # never None: only records are written
             return self._written[child_id]
-        return self._records.get(child_id)
+        return None if child_id is None else self._records.get(child_id)
 
     def live(self, child_id: SessionId | None) -> Activation | None:
         record = self.get(child_id)
