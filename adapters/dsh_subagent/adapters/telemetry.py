@@ -114,6 +114,8 @@ class Lifecycle:
             self.on_end(payload)
 
     def on_start(self, info: RunStartInfo) -> None:
+        if not _log.isEnabledFor(logging.INFO):
+            return  # nothing to log: skip building the fields (W1 pays this per delegation)
         _log.info(
             "subagent %s started (%s, %s)",
             info.child_id,
@@ -123,6 +125,8 @@ class Lifecycle:
         )
 
     def on_end(self, info: RunEndInfo) -> None:
+        if not _log.isEnabledFor(logging.INFO):
+            return
         start = info.start
         _log.info(
             "subagent %s ended: %s",

@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final, Protocol, TypeVar, assert_never, runtime_checkable
+from typing import Final, Protocol, TypeVar, assert_never
 
 from dsh_subagent.adapters.protocols import (
     AgentStatus,
@@ -116,11 +116,17 @@ PreStepHook = Callable[[tuple[UserMessage, ...], int, int, AbortSignal], Awaitab
 _log = logging.getLogger(__name__)
 
 
-@runtime_checkable
 class ScopesToolCalls(Protocol):
-    """A model that wraps each tool call of its step while the loop runs it (rule 7)."""
+    """A model that wraps each tool call of its step while the loop runs it (rule 7).
+
+    Recognised by its ``tool_scope`` attribute (what a runtime-checkable protocol would
+    test, without its per-agent cost of walking the protocol's members).
+    """
 
     def tool_scope(self, call: ToolCall) -> contextlib.AbstractContextManager[None]: ...
+
+
+ToolScope = Callable[[ToolCall], contextlib.AbstractContextManager[None]]
 
 
 def _unscoped(_call: ToolCall) -> contextlib.AbstractContextManager[None]:
@@ -303,7 +309,8 @@ class ReferenceAgent:
         self.prompt = prompt or PromptComposer()
         self.ctx = Scope()
         self._model = model
-        self._tool_scope = model.tool_scope if isinstance(model, ScopesToolCalls) else _unscoped
+        scope: ToolScope | None = getattr(model, "tool_scope", None)  # ScopesToolCalls
+        self._tool_scope = _unscoped if scope is None else scope
         self._pre_step = pre_step
         self.inserted: Emitter[InboxNotification] = Emitter("agent/inbox/inserted")
         self.claimed: Emitter[InboxNotification] = Emitter("agent/inbox/claimed")

@@ -38,7 +38,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
-from typing import Final, TypeVar, assert_never, cast
+from typing import Final, TypeVar, cast
 
 import attrs
 
@@ -505,29 +505,8 @@ def apply(state: ManagerState, event: Event) -> tuple[ManagerState, tuple[Effect
             drain(step, event)
         case AgentDisposed():
             step.closing_roots = step.closing_roots - {event.agent}
-        case (
-            ChildIdReserved()
-            | DescriptorSnapshotted()
-            | ChildPrepared()
-            | ColdResumeStarted()
-            | LeaseAcquired()
-            | LeaseRefused()
-            | MailboxArrived()
-            | ChildMaterialized()
-            | StartRolledBack()
-            | FollowupRequested()
-            | MessageAccepted()
-            | MessageSendFailed()
-            | MessageClaimed()
-            | MessageDiscarded()
-            | AgentBecameIdle()
-            | AgentBecameBusy()
-            | FlushReported()
-            | DisposalFinished()
-        ):
+        case _:  # the rest of the closed union: a per-child event (``_EVENT_TYPES``)
             _child_event(step, event)
-        case _:  # pragma: no cover - the union is closed (``assert_never``)
-            assert_never(event)
     return step.result()
 
 
@@ -542,20 +521,23 @@ def _child_event(step: Step, event: ChildEvent) -> None:
     outcome = Outcome.DONE if edge.handler is None else edge.handler(step, blank, event)
     target = edge.target if outcome is Outcome.DONE else edge.refused
     assert target is not None, f"{outcome} is not an outcome of {phase}, {type(event)}"
-    _enter(step, event.child_id, target)
-    record = step.get(event.child_id)
+    record = _enter(step, event.child_id, target)
     if record is not None:
         settle_if_quiet(step, record)
 
 
-def _enter(step: Step, child_id: SessionId, target: Phase) -> None:
-    """Apply an edge's target to the event's record; ABSENT drops it (rule 2, rule 3)."""
+def _enter(step: Step, child_id: SessionId, target: Phase) -> Activation | None:
+    """Apply an edge's target to the event's record; ABSENT drops it (rule 2, rule 3).
+
+    Returns the record as the edge leaves it (None when dropped or never created).
+    """
     record = step.get(child_id)
     if record is None or record.phase is target:
-        return  # no record and none created (ABSENT -> ABSENT), or a self-loop
+        return record  # no record and none created (ABSENT -> ABSENT), or a self-loop
     if target is Phase.ABSENT:
         step.drop(child_id)
-    elif target is Phase.DISPOSING:
+        return None
+    if target is Phase.DISPOSING:
         open_disposal(step, (child_id,))
-    else:
-        step.put(attrs.evolve(record, phase=target))
+        return step.get(child_id)
+    return step.put(attrs.evolve(record, phase=target))

@@ -7,6 +7,9 @@ Theory of operation
    maps, so an ordinary event costs O(log32 n) in the number of live Activations.
 2. ``Step`` is the working copy of one ``apply`` call: it rebinds the persistent maps and
    collects effects in order; nothing outside the call ever sees it, so ``apply`` stays pure.
+   Its record writes collect in a plain dict over the persistent map and are folded in once
+   (when the whole map is read, or at the result): an event's handler and its edge's target
+   touch the same record, which then costs one path copy instead of two.
 3. Residency is derived from a record's facts, never stored (RES-1). ``settle_if_quiet`` is
    the watcher's decision: a RESIDENT record found SETTLED opens disposal in the same step
    (RES-5, RES-6). A MATERIALIZED record (admission in flight, RES-4) never settles.
@@ -147,26 +150,43 @@ class Step:
     """The working copy of one ``apply`` call: rebinds persistent maps, collects effects."""
 
     def __init__(self, state: ManagerState, cause: EventId) -> None:
-        self.records = state.activations
+        self._records = state.activations
+        self._written: dict[SessionId, Activation | None] = {}  # None: dropped (rule 2)
         self.epochs = state.epochs
         self.closing_roots = state.closing_roots
         self.draining = state.draining
         self.cause = cause
         self.effects: list[Effect] = []
 
+    @property
+    def records(self) -> PMap[SessionId, Activation]:
+        """Every record, this step's writes folded in (rule 2)."""
+        if self._written:
+            records = self._records
+            for child_id, record in self._written.items():
+                if record is None:
+                    records = records.remove(child_id)
+                else:
+                    records = records.set(child_id, record)
+            self._records = records
+            self._written.clear()
+        return self._records
+
     def get(self, child_id: SessionId | None) -> Activation | None:
-        return None if child_id is None else self.records.get(child_id)
+        if child_id in self._written:  # never None: only records are written
+            return self._written[child_id]
+        return None if child_id is None else self._records.get(child_id)
 
     def live(self, child_id: SessionId | None) -> Activation | None:
         record = self.get(child_id)
         return record if record is not None and record.phase in LIVE else None
 
     def put(self, record: Activation) -> Activation:
-        self.records = self.records.set(record.child_id, record)
+        self._written[record.child_id] = record
         return record
 
     def drop(self, child_id: SessionId) -> None:
-        self.records = self.records.remove(child_id)
+        self._written[child_id] = None
 
     def reject(self, code: ErrorCode, reason: str) -> None:
         self.effects.append(Reject(self.cause, code, reason))
@@ -211,7 +231,8 @@ def open_disposal(
     firsts = frozenset(roots)
     flushing: list[SessionId] = []
     for node in plan_teardown(Forest(step.records), roots).cancel_order:
-        record = step.records[node]
+        record = step.get(node)
+        assert record is not None  # the plan walks the records
         edge = trigger if node in firsts else Trigger.DISPOSAL_OPENED
         target = STATE_TRIGGERED.get((record.phase, edge))
         if target is None:
