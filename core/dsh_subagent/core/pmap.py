@@ -9,13 +9,13 @@ Theory of operation
    copy of a few entries costs less than one trie level in Python) and a lookup is a single
    ``dict`` probe. Maps may share one such dict, since nobody writes to it.
 3. *Large*: a hash-array-mapped trie. ``set`` and ``remove`` share every untouched node and
-   copy only the nodes on the path to the key (walked iteratively, rebuilt bottom-up), so an
-   update costs O(log32 n) (at most 13 levels of a 64-bit hash), never O(n). A branch node
-   holds a 32-bit ``bitmap`` of occupied slots and a packed tuple of entries: a leaf
-   ``(hash, key, value)``, a sub-branch, or a collision bucket of leaves whose full hashes are
-   equal. A branch left with a single leaf collapses into that leaf and a bucket left with one
-   leaf becomes that leaf, so the trie keeps no empty or degenerate interior nodes; its root
-   is always a branch.
+   copy only the nodes on the path to the key (one call per level), so an update costs
+   O(log32 n) (at most 13 levels of a 64-bit hash), never O(n). A branch node holds a 32-bit
+   ``bitmap`` of occupied slots and a packed tuple of entries: a leaf ``(hash, key, value)``,
+   a sub-branch, or a collision bucket of leaves whose full hashes are equal. A branch left
+   with a single leaf (or bucket) collapses into it and a bucket left with one leaf becomes
+   that leaf, so no branch is ever empty and the root, always a branch, is the only one that
+   may hold a lone leaf or bucket.
 4. The small form promotes to the trie when a ``set`` would pass ``_SMALL`` entries and a trie
    demotes back when a ``remove`` leaves ``_SMALL // 2``. The gap between the two keeps a map
    that hovers at the threshold from converting on every update: each conversion (O(_SMALL))
@@ -198,11 +198,9 @@ def _leaves(node: _Entry) -> Iterator[_Leaf]:
             stack.extend(reversed(cast(_Branch, node).entries))
 
 
-def _trie(small: Mapping[object, object]) -> tuple[_Branch, int]:
-    """A trie holding ``small``'s entries (built in one pass, not key by key), and its size."""
-    return _as_root(_build([_Leaf(hash(key), key, value) for key, value in small.items()], 0)), len(
-        small
-    )
+def _trie(small: Mapping[object, object]) -> _Branch:
+    """A trie holding ``small``'s entries, built in one pass (not key by key)."""
+    return _as_root(_build([_Leaf(hash(key), key, value) for key, value in small.items()], 0))
 
 
 def _build(leaves: list[_Leaf], shift: int) -> _Entry:
@@ -233,20 +231,12 @@ class PMap(Mapping[K, V], Generic[K, V]):
         if isinstance(items, PMap):
             self._small, self._root, self._len = items._small, items._root, items._len
             return
-        small = dict(items.items()) if items else {}
+        small = dict(items) if items else {}
         if len(small) <= _SMALL:
-            self._small, self._root, self._len = small, _EMPTY, len(small)
+            self._small, self._root = small, _EMPTY
         else:
-            self._small = None
-            self._root, self._len = _trie(cast("dict[object, object]", small))
-
-    @classmethod
-    def _make(cls, small: dict[K, V] | None, root: _Branch, size: int) -> PMap[K, V]:
-        new: PMap[K, V] = cls.__new__(cls)
-        new._small = small
-        new._root = root
-        new._len = size
-        return new
+            self._small, self._root = None, _trie(cast("dict[object, object]", small))
+        self._len = len(small)
 
     def __len__(self) -> int:
         return self._len
@@ -300,12 +290,12 @@ class PMap(Mapping[K, V], Generic[K, V]):
             if self._len < _SMALL or key in small:
                 copy = small.copy()
                 copy[key] = value
-                return self._make(copy, _EMPTY, len(copy))
-            root, size = _trie(cast("dict[object, object]", small))
+                return _new(copy, _EMPTY, len(copy))
+            root = _trie(cast("dict[object, object]", small))
         else:
-            root, size = self._root, self._len
+            root = self._root
         root, grew = _set(root, 0, _Leaf(hash(key), key, value))
-        return self._make(None, root, size + grew)
+        return _new(None, root, self._len + grew)
 
     def remove(self, key: K) -> PMap[K, V]:
         """A map without ``key``; the same map when ``key`` is absent."""
@@ -315,17 +305,29 @@ class PMap(Mapping[K, V], Generic[K, V]):
                 return self
             copy = small.copy()
             del copy[key]
-            return self._make(copy, _EMPTY, len(copy))
+            return _new(copy, _EMPTY, len(copy))
         found = _remove(self._root, 0, hash(key), key)
         if found is self._root:
             return self
         if self._len - 1 > _SMALL // 2:
-            return self._make(None, _as_root(found), self._len - 1)
+            return _new(None, _as_root(found), self._len - 1)
         demoted = {cast(K, leaf.key): cast(V, leaf.value) for leaf in _leaves(found)}
-        return self._make(demoted, _EMPTY, len(demoted))
+        return _new(demoted, _EMPTY, len(demoted))
 
     def __repr__(self) -> str:
         return f"PMap({dict(self.items())!r})"
+
+
+def _new(small: dict[K, V] | None, root: _Branch, size: int) -> PMap[K, V]:
+    """A map of the given parts (``object.__new__`` and three slots: no ``__init__`` call)."""
+    new: PMap[K, V] = _object_new(PMap)
+    new._small = small
+    new._root = root
+    new._len = size
+    return new
+
+
+_object_new: Final = object.__new__
 
 
 class _Items(ItemsView[K, V]):
