@@ -32,25 +32,28 @@ keys = st.integers(0, 40).map(lambda n: Clashing(n, HASHES[n % len(HASHES)])) | 
 ).map(lambda n: Clashing(n + 100, n))
 ops = st.lists(st.tuples(st.booleans(), keys, st.integers()), max_size=60)
 
-# A pool small enough that a run of sets passes the small/trie threshold (32 entries) and a
-# run of removes brings the map back under the demotion point (16); a third of the pool
-# shares nine hashes, so buckets form on both sides of the threshold.
-pool = st.integers(0, 59).map(
+# Runs that cross the small/trie threshold both ways, twice: 33 or more distinct keys set
+# (past the 32 of the small form), all removed in some order (past the demotion point, 16),
+# set again in that order, then mixed updates. A quarter of the pool shares nine hashes, so
+# buckets form on both sides of the threshold.
+pool = st.integers(0, 79).map(
     lambda n: Clashing(n, HASHES[n % len(HASHES)] if n < 20 else n * 977 - 25_000)
 )
-
-
-def phase(is_set: st.SearchStrategy[bool]) -> st.SearchStrategy[list[tuple[bool, Clashing, int]]]:
-    return st.lists(st.tuples(is_set, pool, st.integers()), max_size=80)
-
-
-crossing = st.tuples(phase(st.just(True)), phase(st.just(False)), phase(st.booleans())).map(
-    lambda phases: [op for ops in phases for op in ops]
+grown = st.lists(pool, min_size=33, max_size=50, unique_by=lambda key: key.name)
+mixed = st.lists(st.tuples(st.booleans(), pool, st.integers()), max_size=60)
+crossing = grown.flatmap(
+    lambda keys: st.tuples(st.permutations(keys), mixed).map(
+        lambda tail: (
+            [(True, key, key.name) for key in keys]
+            + [(False, key, 0) for key in tail[0]]
+            + [(True, key, -key.name) for key in tail[0]]
+            + tail[1]
+        )
+    )
 )
 
 
-@given(ops | crossing)
-def test_pmap_matches_dict_model(operations: list[tuple[bool, Clashing, int]]) -> None:
+def check_against_dict(operations: list[tuple[bool, Clashing, int]]) -> None:
     model: dict[Clashing, int] = {}
     pmap: PMap[Clashing, int] = PMap()
     history = []
@@ -70,6 +73,18 @@ def test_pmap_matches_dict_model(operations: list[tuple[bool, Clashing, int]]) -
     # Persistence: every earlier version still holds its own content.
     for version, content in history:
         assert dict(version.items()) == content
+
+
+@given(ops)
+def test_pmap_matches_dict_model(operations: list[tuple[bool, Clashing, int]]) -> None:
+    check_against_dict(operations)
+
+
+@given(crossing)
+def test_pmap_matches_dict_model_across_the_small_threshold(
+    operations: list[tuple[bool, Clashing, int]],
+) -> None:
+    check_against_dict(operations)
 
 
 @given(st.dictionaries(st.integers(), st.integers(), max_size=80))
