@@ -32,14 +32,14 @@ keys = st.integers(0, 40).map(lambda n: Clashing(n, HASHES[n % len(HASHES)])) | 
 ).map(lambda n: Clashing(n + 100, n))
 ops = st.lists(st.tuples(st.booleans(), keys, st.integers()), max_size=60)
 
-# Runs that cross the small/trie threshold both ways, twice: 33 or more distinct keys set
-# (past the 32 of the small form), all removed in some order (past the demotion point, 16),
+# Runs that cross the small/trie threshold both ways, twice: 17 or more distinct keys set
+# (past the 16 of the small form), all removed in some order (past the demotion point, 8),
 # set again in that order, then mixed updates. A quarter of the pool shares nine hashes, so
 # buckets form on both sides of the threshold.
 pool = st.integers(0, 79).map(
     lambda n: Clashing(n, HASHES[n % len(HASHES)] if n < 20 else n * 977 - 25_000)
 )
-grown = st.lists(pool, min_size=33, max_size=50, unique_by=lambda key: key.name)
+grown = st.lists(pool, min_size=17, max_size=40, unique_by=lambda key: key.name)
 mixed = st.lists(st.tuples(st.booleans(), pool, st.integers()), max_size=60)
 crossing = grown.flatmap(
     lambda keys: st.tuples(st.permutations(keys), mixed).map(
@@ -141,23 +141,23 @@ def test_pmap_full_hash_collisions_share_a_bucket() -> None:
 
 
 def test_pmap_promotes_past_the_small_size_and_demotes_back() -> None:
-    small: PMap[str, int] = PMap({f"k{n}": n for n in range(32)})
-    large = small.set("k32", 32)
-    assert small == {f"k{n}": n for n in range(32)}
-    assert large == {f"k{n}": n for n in range(33)}
+    small: PMap[str, int] = PMap({f"k{n}": n for n in range(16)})
+    large = small.set("k16", 16)
+    assert small == {f"k{n}": n for n in range(16)}
+    assert large == {f"k{n}": n for n in range(17)}
     assert large.set("k0", 100)["k0"] == 100
     assert large["k0"] == 0
-    assert sorted(large.values()) == list(range(33))
-    assert sorted(small.values()) == list(range(32))
-    assert sorted(large) == sorted(f"k{n}" for n in range(33))
+    assert sorted(large.values()) == list(range(17))
+    assert sorted(small.values()) == list(range(16))
+    assert sorted(large) == sorted(f"k{n}" for n in range(17))
     shrunk = large
-    for n in range(33, 0, -1):
+    for n in range(17, 0, -1):
         shrunk = shrunk.remove(f"k{n}")
         assert dict(shrunk.items()) == {f"k{m}": m for m in range(n)}
     assert list(shrunk) == ["k0"]
     assert PMap(large) == large
     assert PMap(small) == small
-    assert len(PMap(dict(large.items()))) == 33
+    assert len(PMap(dict(large.items()))) == 17
 
 
 def test_pmap_trie_lookups_and_removals_of_absent_keys() -> None:

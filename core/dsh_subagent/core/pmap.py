@@ -41,7 +41,7 @@ D = TypeVar("D")
 
 _BITS: Final = 5
 _MASK: Final = (1 << _BITS) - 1
-_SMALL: Final = 32
+_SMALL: Final = 16
 """The largest size kept as a dict; a trie demotes at half of it."""
 
 
@@ -205,16 +205,18 @@ def _trie(small: Mapping[object, object]) -> _Branch:
 
 def _build(leaves: list[_Leaf], shift: int) -> _Entry:
     """A node holding ``leaves`` (distinct keys whose hashes agree below ``shift``)."""
+    if len(leaves) == 1:
+        return leaves[0]
     first = leaves[0].hash
     if all(leaf.hash == first for leaf in leaves):
-        return leaves[0] if len(leaves) == 1 else _Bucket(first, tuple(leaves))
+        return _Bucket(first, tuple(leaves))
     slots: dict[int, list[_Leaf]] = {}
     for leaf in leaves:
         slots.setdefault((leaf.hash >> shift) & _MASK, []).append(leaf)
     bitmap = 0
     for slot in slots:
         bitmap |= 1 << slot
-    return _Branch(bitmap, tuple(_build(slots[slot], shift + _BITS) for slot in sorted(slots)))
+    return _Branch(bitmap, tuple([_build(slots[slot], shift + _BITS) for slot in sorted(slots)]))
 
 
 class PMap(Mapping[K, V], Generic[K, V]):
