@@ -1,6 +1,6 @@
 """Micro-benchmark of ``PMap``: get, set, insert and remove per size; old against new in one run.
 
-Usage: ``.venv/bin/python bench/pmap_micro.py [OLD_PMAP_PY]``. ``OLD_PMAP_PY`` is a copy of an
+Usage: ``.venv/bin/python -m bench.pmap_micro [OLD_PMAP_PY]``. ``OLD_PMAP_PY`` is a copy of an
 older ``core/dsh_subagent/core/pmap.py`` (e.g. ``git show REV:core/dsh_subagent/core/pmap.py
 > /tmp/pmap_old.py``); without it only the current module is timed. Each cell is the median
 of interleaved repeats of process CPU time per operation (ns), so the two columns share the
