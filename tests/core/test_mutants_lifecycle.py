@@ -8,6 +8,7 @@ import attrs
 import pytest
 
 from dsh_subagent.core import budget as b
+from dsh_subagent.core import lifecycle
 from dsh_subagent.core.authority import (
     AgentRef,
     AncestorInterrupt,
@@ -379,3 +380,8 @@ def test_res_6_an_owner_left_quiet_by_an_unannounced_childs_release_opens_its_di
         FlushSession(effects[-1].cause, sid("p")),
     )
     assert d.state.activations[sid("p")].phase is Phase.FLUSHING
+
+
+def test_evt_end_an_end_is_not_a_durability_failure_by_default() -> None:
+    start = lifecycle.RunStartInfo(RunId("r1"), "spawn", "c1", True, SessionId("p"))
+    assert not lifecycle.end_info_for(start, KnownStop.COMPLETED).durability_failed
