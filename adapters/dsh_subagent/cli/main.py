@@ -16,9 +16,10 @@ Theory of operation
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import click
 
@@ -28,6 +29,8 @@ from dsh_subagent.core.extras import MissingExtra
 
 EXHAUSTIVE_MACHINES = ("manager", "one-shot", "observer", "jobs", "activity")
 """``verify --exhaustive --machine`` names (``spec.modelcheck.MACHINES``; a test pins them)."""
+
+_F = TypeVar("_F", bound=Callable[..., object])
 
 
 def _version() -> str:
@@ -114,27 +117,21 @@ def diagram(out: Path) -> None:
         click.echo(f"{out / name}: {'written' if name in changed else 'unchanged'}")
 
 
+def _count_option(flag: str, minimum: int, default: int | None, text: str) -> Callable[[_F], _F]:
+    """An integer option of at least ``minimum``; a default other than None is shown."""
+    return click.option(
+        flag,
+        type=click.IntRange(min=minimum),
+        default=default,
+        show_default=default is not None,
+        help=text,
+    )
+
+
 @cli.command()
-@click.option(
-    "--examples",
-    type=click.IntRange(min=1),
-    default=200,
-    show_default=True,
-    help="Sequences to run.",
-)
-@click.option(
-    "--steps",
-    type=click.IntRange(min=1),
-    default=30,
-    show_default=True,
-    help="Maximum steps per sequence.",
-)
-@click.option(
-    "--seed",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Seed for a reproducible run (default: drawn, and printed).",
-)
+@_count_option("--examples", 1, 200, "Sequences to run.")
+@_count_option("--steps", 1, 30, "Maximum steps per sequence.")
+@_count_option("--seed", 0, None, "Seed for a reproducible run (default: drawn, and printed).")
 @click.option(
     "--machine",
     type=click.Choice(["core", "service", "both", *EXHAUSTIVE_MACHINES]),
