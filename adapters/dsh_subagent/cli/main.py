@@ -63,13 +63,24 @@ def _store_path(
     return path
 
 
+def _count_option(flag: str, minimum: int, default: int | None, text: str) -> Callable[[_F], _F]:
+    """An integer option of at least ``minimum``; a default other than None is shown."""
+    return click.option(
+        flag,
+        type=click.IntRange(min=minimum),
+        default=default,
+        show_default=default is not None,
+        help=text,
+    )
+
+
+def _store_option(text: str, *, required: bool = False) -> Callable[[_F], _F]:
+    """``--db``: a session store path or address, checked by ``_store_path``."""
+    return click.option("--db", default=None, required=required, callback=_store_path, help=text)
+
+
 @cli.command()
-@click.option(
-    "--db",
-    default=None,
-    callback=_store_path,
-    help="SQLite file or postgresql:// address to use and keep (default: a temporary one).",
-)
+@_store_option("SQLite file or postgresql:// address to use and keep (default: a temporary one).")
 @click.option("--json", "as_json", is_flag=True, help="Print the lifecycle event log as JSON.")
 @click.option("--step", "step_through", is_flag=True, help="Pause between phases.")
 @click.option(
@@ -83,11 +94,8 @@ def demo(db: Path | str | None, as_json: bool, step_through: bool, show_trace: b
 
 
 @cli.command()
-@click.option(
-    "--db",
-    required=True,
-    callback=_store_path,
-    help="The session store to read: a SQLite file or a postgresql:// address.",
+@_store_option(
+    "The session store to read: a SQLite file or a postgresql:// address.", required=True
 )
 @click.option("--parent", default=None, help="List this session's children (default: every root).")
 @click.option("--descendants", is_flag=True, help="Walk the whole tree below each parent.")
@@ -115,17 +123,6 @@ def diagram(out: Path) -> None:
     changed = {p.name for p in write_all(out)}
     for name in render_all():
         click.echo(f"{out / name}: {'written' if name in changed else 'unchanged'}")
-
-
-def _count_option(flag: str, minimum: int, default: int | None, text: str) -> Callable[[_F], _F]:
-    """An integer option of at least ``minimum``; a default other than None is shown."""
-    return click.option(
-        flag,
-        type=click.IntRange(min=minimum),
-        default=default,
-        show_default=default is not None,
-        help=text,
-    )
 
 
 @cli.command()
