@@ -211,19 +211,8 @@ def test_dur_4_a_notice_discarded_by_the_parents_disposal_stays_discarded_after_
     models = Models()
 
     async def main() -> None:
-        working, deep = Gate(), Gate()
-        models.of(P).extend([Gated(working, reply("p done"))])
-        models.of(G).extend([Gated(deep, reply("g done"))])
         async with ReferenceHarness.open(models, db=db) as harness:
-            root = await harness.create_agent("root")
-            spec = ContinuableStartSpec("spawn", "w", root, (TextBlock("go"),), child_id=P)
-            await harness.service.start_continuable(spec)
-            await working.reached()
-            parent = harness.registry.get(P)
-            assert parent is not None
-            spec = ContinuableStartSpec("spawn", "w", parent, (TextBlock("dig"),), child_id=G)
-            await harness.service.start_continuable(spec)
-            await deep.reached()
+            await _grandchild_running(harness, models)
         store = await SqlitePersistence.open(db)
         try:
             events = (await store.inspect(P)).events

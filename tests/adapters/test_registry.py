@@ -23,7 +23,8 @@ from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
 from dsh_subagent.adapters.reference.registry import AgentRegistry
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, ScriptedModel, reply
 from dsh_subagent.adapters.reference.session import LiveSession, SessionStore
-from dsh_subagent.adapters.signals import AbortController, Scope
+from dsh_subagent.adapters.signals import Scope
+from dsh_subagent.conformance.test_harness_registry import abort_in_setup
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (
     TURN_END,
@@ -152,26 +153,11 @@ def test_harness_16_setup_failure_disposes_and_publishes_nothing() -> None:
 def test_harness_16_caller_signal_aborts_setup_with_its_reason() -> None:
     async def main() -> None:
         world = World()
-        controller = AbortController()
-        entered = asyncio.Event()
-
-        async def setup(ctx: Scope) -> None:
-            entered.set()
-            await asyncio.Event().wait()
-
-        creating = asyncio.ensure_future(
-            world.registry.create(CreateOptions(SID, setup=setup, signal=controller.signal))
-        )
-        await entered.wait()
-        reason = SubagentError(ErrorCode.CANCELLED, "caller gave up")
-        controller.abort(reason)
-        with pytest.raises(SubagentError) as err:
-            await creating
-        assert err.value is reason
+        signal, reason = await abort_in_setup(world.registry, SID)
         assert world.registry.get(SID) is None
         assert world.trace == []
         with pytest.raises(SubagentError) as early:
-            await world.registry.create(CreateOptions(SID, signal=controller.signal))
+            await world.registry.create(CreateOptions(SID, signal=signal))
         assert early.value is reason
 
     run(main)

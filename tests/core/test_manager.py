@@ -132,24 +132,49 @@ class Driver:
         message: str | None = None,
     ) -> AgentRef:
         """Take ``child`` from reservation to its first accepted delivery (RESIDENT)."""
-        child_ref = agent(child)
-        self.run(
+        child_ref = self.materialize(child, parent, lineage)
+        msg = MessageId(message or f"m-{child}")
+        self(FollowupRequested(eid(), sid(child), msg, as_parent(parent)))
+        self(MessageAccepted(eid(), sid(child), msg))
+        return child_ref
+
+    def prepare(self, child: str, parent: AgentRef) -> tuple[Effect, ...]:
+        """Reserve ``child`` under ``parent`` and take it to PREPARED."""
+        return self.run(
             [
                 ChildIdReserved(eid(), sid(child), parent),
                 DescriptorSnapshotted(eid(), sid(child)),
                 ChildPrepared(eid(), sid(child)),
-                ChildMaterialized(
-                    eid(),
-                    sid(child),
-                    RunId(f"run-{child}"),
-                    child_ref,
-                    frozenset({child_ref, parent, *lineage}),
-                ),
             ]
         )
-        msg = MessageId(message or f"m-{child}")
-        self(FollowupRequested(eid(), sid(child), msg, as_parent(parent)))
-        self(MessageAccepted(eid(), sid(child), msg))
+
+    def materialize(
+        self, child: str, parent: AgentRef, lineage: Iterable[AgentRef] = (), run: str = ""
+    ) -> AgentRef:
+        """Take ``child`` from reservation to MATERIALIZED, before any delivery."""
+        child_ref = agent(child)
+        self.prepare(child, parent)
+        self(
+            ChildMaterialized(
+                eid(),
+                sid(child),
+                RunId(run or f"run-{child}"),
+                child_ref,
+                frozenset({child_ref, parent, *lineage}),
+            )
+        )
+        return child_ref
+
+    def resume(self, child: str, parent: str, message: str | None = None) -> AgentRef:
+        """Cold-resume ``child`` of the session ``parent`` with its lease, materialized with
+        itself as its lineage; with ``message``, a user follow-up of that id is accepted."""
+        child_ref = agent(child)
+        self(ColdResumeStarted(eid(), sid(child), sid(parent)))
+        self(LeaseAcquired(eid(), sid(child), 1))
+        self(ChildMaterialized(eid(), sid(child), RunId("r"), child_ref, frozenset({child_ref})))
+        if message is not None:
+            self(FollowupRequested(eid(), sid(child), MessageId(message), UserAuthority(True)))
+            self(MessageAccepted(eid(), sid(child), MessageId(message)))
         return child_ref
 
 
@@ -268,15 +293,7 @@ def test_cont_9_rollback_after_publication_closes_the_pair_without_notice() -> N
 def test_tear_13_err_7_rollback_after_a_drain_opened_the_disposal_changes_nothing() -> None:
     """A drain during publication: the first delivery is DRAINING, the rollback a no-op."""
     d = Driver()
-    child = agent("c")
-    d.run(
-        [
-            ChildIdReserved(eid(), sid("c"), ROOT),
-            DescriptorSnapshotted(eid(), sid("c")),
-            ChildPrepared(eid(), sid("c")),
-            ChildMaterialized(eid(), sid("c"), RunId("r"), child, frozenset({child, ROOT})),
-        ]
-    )
+    d.materialize("c", ROOT, run="r")
     d(DrainRequested(eid(), WholeManager()))
     assert phase(d, "c") is Phase.FLUSHING
     followup = FollowupRequested(eid(), sid("c"), MessageId("m"), as_parent(ROOT))
@@ -309,13 +326,7 @@ def test_tear_13_err_7_rollback_of_a_disposing_owner_changes_nothing() -> None:
 def test_cont_10_materialization_publishes_and_refuses_when_closing() -> None:
     d = Driver()
     child = agent("c")
-    d.run(
-        [
-            ChildIdReserved(eid(), sid("c"), ROOT),
-            DescriptorSnapshotted(eid(), sid("c")),
-            ChildPrepared(eid(), sid("c")),
-        ]
-    )
+    d.prepare("c", ROOT)
     d(DrainRequested(eid(), DescendantsOf((live(ROOT),))))
     effects = d(ChildMaterialized(eid(), sid("c"), RunId("r"), child, frozenset({child, ROOT})))
     assert kinds(effects) == [Reject, DisposeHandle]
@@ -356,12 +367,7 @@ def test_cont_26_parent_with_open_disposal_refuses_new_child() -> None:
 
 def test_cont_26_parent_submission_refused_while_parent_disposal_is_open() -> None:
     d = Driver()
-    child = agent("c")
-    d(ColdResumeStarted(eid(), sid("c"), sid("p")))
-    d(LeaseAcquired(eid(), sid("c"), 1))
-    d(ChildMaterialized(eid(), sid("c"), RunId("r"), child, frozenset({child})))
-    d(FollowupRequested(eid(), sid("c"), MessageId("u"), UserAuthority(True)))
-    d(MessageAccepted(eid(), sid("c"), MessageId("u")))
+    d.resume("c", "p", message="u")
     parent = d.start("p", ROOT)  # resident after the child: it does not own it
     d(DrainRequested(eid(), SelectedChildren(live(ROOT), (sid("p"),))))
     request = FollowupRequested(eid(), sid("c"), MessageId("x"), as_parent(parent))
@@ -447,15 +453,7 @@ def test_dur_22_mail_for_a_materialized_child_under_its_own_scoped_drain_stays_s
     arrives before the child's first delivery is neither admitted nor submitted, and a
     follow-up is refused."""
     d = Driver()
-    child = agent("c")
-    d.run(
-        [
-            ChildIdReserved(eid(), sid("c"), ROOT),
-            DescriptorSnapshotted(eid(), sid("c")),
-            ChildPrepared(eid(), sid("c")),
-            ChildMaterialized(eid(), sid("c"), RunId("run-c"), child, frozenset({child, ROOT})),
-        ]
-    )
+    child = d.materialize("c", ROOT)
     d(DrainRequested(eid(), DescendantsOf((live(child),))))
     assert phase(d, "c") is Phase.MATERIALIZED
     assert d(MailboxArrived(eid(), sid("c"), MessageId("mail"))) == ()
@@ -551,13 +549,7 @@ def test_res_2_accepted_message_keeps_idle_child_running() -> None:
 def test_res_4_materialized_child_never_settles_before_acceptance() -> None:
     d = Driver()
     child = agent("c")
-    d.run(
-        [
-            ChildIdReserved(eid(), sid("c"), ROOT),
-            DescriptorSnapshotted(eid(), sid("c")),
-            ChildPrepared(eid(), sid("c")),
-        ]
-    )
+    d.prepare("c", ROOT)
     assert activation_state_of(d.state, sid("c")) is None
     assert residency_of(d.state, sid("c")) is None
     d(ChildMaterialized(eid(), sid("c"), RunId("r"), child, frozenset({child, ROOT})))
@@ -608,15 +600,7 @@ def test_res_9_record_stays_until_handle_disposal_finished() -> None:
 
 def test_res_10_announced_only_after_an_accepted_delivery() -> None:
     d = Driver()
-    child = agent("c")
-    d.run(
-        [
-            ChildIdReserved(eid(), sid("c"), ROOT),
-            DescriptorSnapshotted(eid(), sid("c")),
-            ChildPrepared(eid(), sid("c")),
-            ChildMaterialized(eid(), sid("c"), RunId("r"), child, frozenset({child, ROOT})),
-        ]
-    )
+    d.materialize("c", ROOT, run="r")
     assert not d.state.activations[sid("c")].announced
     d(FollowupRequested(eid(), sid("c"), MessageId("m"), as_parent(ROOT)))
     d(MessageAccepted(eid(), sid("c"), MessageId("m")))
@@ -726,16 +710,8 @@ def test_notice_1_notice_precedes_release_and_end_edge() -> None:
 
 def test_notice_2_no_notice_without_an_accepted_delivery() -> None:
     d = Driver()
-    child = agent("c")
-    d.run(
-        [
-            ChildIdReserved(eid(), sid("c"), ROOT),
-            DescriptorSnapshotted(eid(), sid("c")),
-            ChildPrepared(eid(), sid("c")),
-            ChildMaterialized(eid(), sid("c"), RunId("r"), child, frozenset({child, ROOT})),
-            StartRolledBack(eid(), sid("c")),
-        ]
-    )
+    d.materialize("c", ROOT, run="r")
+    d(StartRolledBack(eid(), sid("c")))
     assert SendNotice not in kinds(finish(d, "c"))
 
 

@@ -21,25 +21,12 @@ from dsh_subagent.core.jobs import (
     KillRequested,
     NotifyOwner,
     OutputRead,
-    Owner,
     OwnerDisposed,
     ReleaseWaiters,
-    RunStarter,
-    StartRequested,
     apply,
 )
 from dsh_subagent.core.notices import NoticeRoute
-from dsh_subagent.core.values import EventId, SessionId
-
-E = EventId("e")
-ALICE = Owner(1, SessionId("alice"))
-
-
-def _started(state: JobsState) -> tuple[JobsState, str]:
-    state, effects = apply(state, StartRequested(E, ALICE, owner_live=True))
-    assert isinstance(effects[-1], RunStarter)
-    state, _ = apply(state, JobStarted(E, ALICE, "work", "label", 1.0))
-    return state, "work-1"
+from tests.core.test_jobs import ALICE, E, started
 
 
 def test_bg_31_an_outcome_that_is_not_terminal_is_refused_by_name() -> None:
@@ -51,7 +38,7 @@ def test_bg_31_an_outcome_that_is_not_terminal_is_refused_by_name() -> None:
 
 
 def test_bg_31_a_second_settlement_is_refused_naming_the_event_and_phase() -> None:
-    state, job = _started(JobsState())
+    state, job = started(JobsState())
     state, _ = apply(state, JobCompleted(E, job, 2.0, observed=True))
     with pytest.raises(SubagentError) as info:
         apply(state, JobCompleted(E, job, 3.0))
@@ -69,7 +56,7 @@ def test_bg_31_an_unknown_job_is_refused_by_name() -> None:
 
 
 def test_bg_39_a_raising_teardown_cancel_fails_the_job_with_no_output() -> None:
-    state, job = _started(JobsState())
+    state, job = started(JobsState())
     state, _ = apply(state, OwnerDisposed(E, ALICE.key))
     state, effects = apply(state, CancelRaised(E, job, "boom", 2.0))
     failed = state.jobs[job]
@@ -91,7 +78,7 @@ def test_bg_37_a_job_of_an_unattached_owner_has_no_wakes_to_spend() -> None:
 
 
 def test_bg_36_reading_an_unreported_finished_job_marks_it_reported() -> None:
-    state, job = _started(JobsState())
+    state, job = started(JobsState())
     state, _ = apply(state, JobCompleted(E, job, 2.0, "answer"))
     assert not state.jobs[job].reported
     state, _ = apply(state, OutputRead(E, job))
@@ -99,7 +86,7 @@ def test_bg_36_reading_an_unreported_finished_job_marks_it_reported() -> None:
 
 
 def test_bg_36_reading_a_reported_stopping_job_keeps_it_reported() -> None:
-    state, job = _started(JobsState())
+    state, job = started(JobsState())
     state, _ = apply(state, KillRequested(E, job))
     state, _ = apply(state, CancelReturned(E, job))
     assert state.jobs[job].status is JobStatus.STOPPING

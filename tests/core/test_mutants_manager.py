@@ -32,9 +32,7 @@ from dsh_subagent.core.manager.events import (
     DrainRequested,
     FlushReported,
     FollowupRequested,
-    LeaseAcquired,
     MailboxArrived,
-    MessageAccepted,
     SelectedChildren,
     StartRolledBack,
     WholeManager,
@@ -118,12 +116,7 @@ def test_cont_10_publication_records_the_epoch_and_the_reported_status() -> None
 
 def test_cont_26_a_closing_parent_refuses_a_new_child_and_its_submissions_by_name() -> None:
     d = Driver()
-    child = agent("c")
-    d(ColdResumeStarted(eid(), sid("c"), sid("p")))
-    d(LeaseAcquired(eid(), sid("c"), 1))
-    d(ChildMaterialized(eid(), sid("c"), RunId("r"), child, frozenset({child})))
-    d(FollowupRequested(eid(), sid("c"), MessageId("u"), UserAuthority(True)))
-    d(MessageAccepted(eid(), sid("c"), MessageId("u")))
+    d.resume("c", "p", message="u")
     parent = d.start("p", ROOT)
     d.start("k", parent, lineage=[ROOT])  # keeps p's disposal open
     d(DrainRequested(eid(), SelectedChildren(live(ROOT), (sid("p"),))))
@@ -147,10 +140,7 @@ def test_cont_26_a_closing_parent_refuses_a_new_child_and_its_submissions_by_nam
 
 def test_cont_26_a_parent_submission_takes_ownership_of_a_child_resumed_before_it() -> None:
     d = Driver()
-    child = agent("c")
-    d(ColdResumeStarted(eid(), sid("c"), sid("p")))
-    d(LeaseAcquired(eid(), sid("c"), 1))
-    d(ChildMaterialized(eid(), sid("c"), RunId("r"), child, frozenset({child})))
+    d.resume("c", "p")
     parent = d.start("p", ROOT)
     assert sid("c") not in d.state.activations[sid("p")].owned
     d(FollowupRequested(eid(), sid("c"), MessageId("x"), as_parent(parent)))

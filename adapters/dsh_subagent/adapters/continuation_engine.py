@@ -168,6 +168,11 @@ class LiveChild:
         run_id = None if self.start_info is None else self.start_info.run_id
         return fields(self.child_id, self.parent_session, None, run_id)
 
+    def warn(self, message: str, *args: object, failed: bool = True) -> None:
+        """Log a warning about this Activation with its fields (OBS-5): ``message`` formats
+        the child id, then ``args``; ``failed`` attaches the exception being handled."""
+        _log.warning(message, self.child_id, *args, exc_info=failed, extra=self.fields())
+
     def released_failure(self) -> SubagentError | None:
         """The combined teardown failure of this Activation (TEAR-5)."""
         errors = list(self.failures)
@@ -412,12 +417,7 @@ class Engine:
             try:
                 self._emit(SUBAGENT_END, end)
             except Exception:
-                _log.warning(
-                    "subagent/end for %s was not published",
-                    live.child_id,
-                    exc_info=True,
-                    extra=live.fields(),
-                )
+                live.warn("subagent/end for %s was not published")
         notice = self._notices.pop(live.child_id, None)
         if notice is None:
             if not live.released.done():
@@ -433,12 +433,7 @@ class Engine:
         try:
             await confirm(notice)
         except SubagentError:
-            _log.warning(
-                "settlement notice of %s is not durable",
-                live.child_id,
-                exc_info=True,
-                extra=live.fields(),
-            )
+            live.warn("settlement notice of %s is not durable")
         if not live.released.done():
             live.released.set_result(failure)
 
@@ -478,14 +473,11 @@ class Engine:
                 confirmed = await write(session)
             except Exception as exc:
                 final = attempt == WRITE_ATTEMPTS or _refused(exc)
-                _log.warning(
+                live.warn(
                     "final flush of %s failed%s",
-                    live.child_id,
                     "; persisted state may be unavailable or stale on resume"
                     if final
                     else f" (attempt {attempt}); trying again",
-                    exc_info=True,
-                    extra=live.fields(),
                 )
                 if final:
                     break
@@ -547,7 +539,7 @@ class Engine:
         message that arrived during the flush) is committed under the lease, before it is
         given up (rule 4, DUR-4): a discarded notice stays discarded after a restart."""
         if await self._write_log(live, self.sessions.commit) is FlushOutcome.FAILED:
-            _log.warning("the disposal of %s was not persisted", live.child_id, extra=live.fields())
+            live.warn("the disposal of %s was not persisted", failed=False)
 
     async def settle_tasks(self) -> None:
         """Wait until no teardown task is pending (tests and drains)."""
@@ -598,12 +590,7 @@ async def release_lease(live: LiveChild) -> None:
     try:
         await release()
     except Exception:
-        _log.warning(
-            "the lease of %s was not released; it expires",
-            live.child_id,
-            exc_info=True,
-            extra=live.fields(),
-        )
+        live.warn("the lease of %s was not released; it expires")
 
 
 def new_release() -> asyncio.Future[SubagentError | None]:

@@ -16,9 +16,10 @@ Theory of operation
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import click
 
@@ -28,6 +29,8 @@ from dsh_subagent.core.extras import MissingExtra
 
 EXHAUSTIVE_MACHINES = ("manager", "one-shot", "observer", "jobs", "activity")
 """``verify --exhaustive --machine`` names (``spec.modelcheck.MACHINES``; a test pins them)."""
+
+_F = TypeVar("_F", bound=Callable[..., object])
 
 
 def _version() -> str:
@@ -60,13 +63,24 @@ def _store_path(
     return path
 
 
+def _count_option(flag: str, minimum: int, default: int | None, text: str) -> Callable[[_F], _F]:
+    """An integer option of at least ``minimum``; a default other than None is shown."""
+    return click.option(
+        flag,
+        type=click.IntRange(min=minimum),
+        default=default,
+        show_default=default is not None,
+        help=text,
+    )
+
+
+def _store_option(text: str, *, required: bool = False) -> Callable[[_F], _F]:
+    """``--db``: a session store path or address, checked by ``_store_path``."""
+    return click.option("--db", default=None, required=required, callback=_store_path, help=text)
+
+
 @cli.command()
-@click.option(
-    "--db",
-    default=None,
-    callback=_store_path,
-    help="SQLite file or postgresql:// address to use and keep (default: a temporary one).",
-)
+@_store_option("SQLite file or postgresql:// address to use and keep (default: a temporary one).")
 @click.option("--json", "as_json", is_flag=True, help="Print the lifecycle event log as JSON.")
 @click.option("--step", "step_through", is_flag=True, help="Pause between phases.")
 @click.option(
@@ -80,11 +94,8 @@ def demo(db: Path | str | None, as_json: bool, step_through: bool, show_trace: b
 
 
 @cli.command()
-@click.option(
-    "--db",
-    required=True,
-    callback=_store_path,
-    help="The session store to read: a SQLite file or a postgresql:// address.",
+@_store_option(
+    "The session store to read: a SQLite file or a postgresql:// address.", required=True
 )
 @click.option("--parent", default=None, help="List this session's children (default: every root).")
 @click.option("--descendants", is_flag=True, help="Walk the whole tree below each parent.")
@@ -115,26 +126,9 @@ def diagram(out: Path) -> None:
 
 
 @cli.command()
-@click.option(
-    "--examples",
-    type=click.IntRange(min=1),
-    default=200,
-    show_default=True,
-    help="Sequences to run.",
-)
-@click.option(
-    "--steps",
-    type=click.IntRange(min=1),
-    default=30,
-    show_default=True,
-    help="Maximum steps per sequence.",
-)
-@click.option(
-    "--seed",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Seed for a reproducible run (default: drawn, and printed).",
-)
+@_count_option("--examples", 1, 200, "Sequences to run.")
+@_count_option("--steps", 1, 30, "Maximum steps per sequence.")
+@_count_option("--seed", 0, None, "Seed for a reproducible run (default: drawn, and printed).")
 @click.option(
     "--machine",
     type=click.Choice(["core", "service", "both", *EXHAUSTIVE_MACHINES]),

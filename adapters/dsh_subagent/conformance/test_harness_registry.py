@@ -14,6 +14,7 @@ import pytest
 
 from dsh_subagent.adapters.protocols import (
     Agent,
+    AgentRegistry,
     CreateOptions,
     ResumeOptions,
     SessionMeta,
@@ -150,10 +151,12 @@ async def test_harness_16_create_runs_setup_then_commit_then_publishes(
     assert h.registry.get(A) is handle.agent
 
 
-@harness_test
-async def test_harness_16_the_caller_signal_aborts_setup_with_its_reason(
-    h: HarnessUnderTest, book: ModelBook
-) -> None:
+async def abort_in_setup(
+    registry: AgentRegistry, session_id: SessionId
+) -> tuple[AbortSignal, SubagentError]:
+    """Create ``session_id`` with a setup that never returns and abort the caller's signal
+    inside it: the create must raise exactly the abort's reason (HARNESS-16). Returns the
+    aborted signal and that reason (a unit test of a registry reuses this)."""
     controller = AbortController()
     entered = asyncio.Event()
 
@@ -162,7 +165,7 @@ async def test_harness_16_the_caller_signal_aborts_setup_with_its_reason(
         await asyncio.Event().wait()
 
     creating = asyncio.ensure_future(
-        h.registry.create(CreateOptions(A, setup=setup, signal=controller.signal))
+        registry.create(CreateOptions(session_id, setup=setup, signal=controller.signal))
     )
     await entered.wait()
     reason = SubagentError(ErrorCode.CANCELLED, "caller gave up")
@@ -170,6 +173,14 @@ async def test_harness_16_the_caller_signal_aborts_setup_with_its_reason(
     with pytest.raises(SubagentError) as err:
         await creating
     assert err.value is reason
+    return controller.signal, reason
+
+
+@harness_test
+async def test_harness_16_the_caller_signal_aborts_setup_with_its_reason(
+    h: HarnessUnderTest, book: ModelBook
+) -> None:
+    await abort_in_setup(h.registry, A)
     assert h.registry.get(A) is None
     assert h.store.get(A) is None
 
