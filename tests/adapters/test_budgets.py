@@ -251,6 +251,48 @@ def test_budget_15_a_budget_and_its_consumption_survive_a_restart(tmp_path: Path
     asyncio.run(second(child_id))
 
 
+def test_budget_15_a_child_sharing_its_parents_budget_is_charged_there_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "sessions.db"
+    model_for = by_parent(NullModel(), lambda: NullModel("ok", usage=Usage(7, 4)))
+
+    async def first() -> SessionId:
+        async with ReferenceHarness.open(model_for, db=db) as harness:  # type: ignore[arg-type]
+            parent = await harness.create_agent("parent", budget=Budget(model_requests=5))
+            spec = ContinuableStartSpec("spawn", "helper", parent, "first")  # asks for none
+            started = await harness.service.start_continuable(spec)
+            child = harness.registry.get(started.child_id)
+            assert child is not None
+            await child.when_idle()
+            assert harness.service.remaining_budget(started.child_id) == Budget(model_requests=4)
+            assert harness.service.remaining_budget(parent.id) == Budget(model_requests=4)
+            with pytest.raises(SubagentError) as refused:  # its caps are its parent's
+                harness.service.raise_budget(started.child_id, Budget(model_requests=9))
+            assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+            assert refused.value.field == "budget.model_requests"
+            harness.service.raise_budget(started.child_id, Budget())  # nothing to raise
+            assert harness.service.remaining_budget(parent.id) == Budget(model_requests=4)
+            assert not [e for e in child.session.events if e.type == BUDGET_SET]
+            assert sum(e.type == BUDGET_CHARGED for e in child.session.events) == 1
+            return started.child_id
+
+    async def second(child_id: SessionId) -> None:
+        async with ReferenceHarness.open(model_for, db=db) as harness:  # type: ignore[arg-type]
+            parent = await harness.resume_agent("parent")
+            assert harness.service.remaining_budget(parent.id) == Budget(model_requests=5)
+            await harness.service.followup(child_id, "again", ParentAgent(parent))
+            child = harness.registry.get(child_id)
+            assert child is not None
+            await child.when_idle()
+            # Resumed: both epochs' charges are the parent's (the child has no caps).
+            assert harness.service.remaining_budget(parent.id) == Budget(model_requests=3)
+            assert harness.service.remaining_budget(child_id) == Budget(model_requests=3)
+
+    child_id = asyncio.run(first())
+    asyncio.run(second(child_id))
+
+
 def test_budget_12_concurrent_fan_out_through_the_seam_never_overshoots() -> None:
     fan_out, cap, step_output = 8, 13, 10
     gate = Gate()

@@ -76,6 +76,21 @@ def test_budget_4_an_uncapped_child_shares_its_payers_account() -> None:
     assert b.remaining(ledger, "root").model_requests == 1
 
 
+def test_budget_4_a_joined_child_meters_through_its_parent_which_cannot_close_under_it() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=3, wall_ms=10), 0)
+    ledger = b.open_child(ledger, "root", "a", Budget(), 0)
+    joined = b.join(ledger, "a", 5)  # a child asking for nothing: no node of its own
+    assert set(joined.nodes) == {"root", "a"}
+    assert code_of(lambda: b.close(joined, "a")) is ErrorCode.ILLEGAL_TRANSITION
+    joined, grant = reserved(b.reserve(joined, "a", ONE_REQUEST, ONE_REQUEST, 5))
+    joined = b.settle(joined, grant.id, ONE_REQUEST)
+    left = b.leave(joined, "a")
+    assert b.remaining(b.close(left, "a"), "root").model_requests == 2
+    assert code_of(lambda: b.leave(left, "a")) is ErrorCode.ILLEGAL_TRANSITION
+    assert code_of(lambda: b.join(ledger, "a", 10)) is ErrorCode.BUDGET_EXHAUSTED
+    assert code_of(lambda: b.join(ledger, "nobody", 0)) is ErrorCode.NOT_FOUND
+
+
 def test_budget_5_an_own_cap_under_an_uncapped_parent_is_the_childs_own() -> None:
     ledger = b.open_root(Ledger(), "root", Budget(), 0)
     ledger = b.open_child(ledger, "root", "kid", Budget(input_tokens=50), 0)

@@ -5,12 +5,13 @@ Theory of operation
 1. ``BudgetBook`` holds the core ``Ledger`` (``core.budget``, which decides everything) and
    performs its effects: it opens nodes, installs itself as the ``StepMeter`` of each
    budgeted agent, and writes the ``budget/set`` and ``budget/charged`` records
-   (``core.budget_log``) into that agent's log (a child sharing its parent's accounts has
-   no caps to record). It never keeps a budget only in memory.
+   (``core.budget_log``) into that agent's log. It never keeps a budget only in memory.
 2. The host sets a root's budget (``set_budget``, which also raises an open one); the fold
    of the root's log is charged when it opens, so a restarted host resumes the count.
 3. A start with a ``budget`` (or under a budgeted parent) carves its node before anything
-   is created (``carve``): a child of an unbudgeted parent gets its own root. The node's
+   is created (``carve``): a child of an unbudgeted parent gets its own root, and a child
+   that asks for no caps of a budgeted parent opens no node: it joins its parent's
+   (``core.budget.join``), metering through it, and has no caps to record. The
    ``ChildBudget`` attaches the child agent in its unpublished window (``attach``), or is
    closed when the start fails or the child settles (one-shot), returning the unused part.
    A continuable child's node stays open while the service lives (its remaining budget is
@@ -56,7 +57,7 @@ from dsh_subagent.core.budget_log import (
     charged_data,
     fold_budget,
 )
-from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.values import SessionId
 
 _log = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ DEFAULT_OUTPUT_RESERVATION: Final = 4096
 
 _SHARED: Final = Budget()
 """The caps of a child that asked for none: it shares its parent's accounts."""
+_NAMES: Final = tuple(dimension.value for dimension in core.DIMENSIONS)
+"""The ``Budget`` field names, in order."""
 _ONE_REQUEST: Final = Amounts(1)
 """The charge of a request whose model reported no usage."""
 
@@ -81,7 +84,7 @@ def _merged(old: Budget, new: Budget) -> Budget:
     return Budget(
         *(
             getattr(old, name) if getattr(new, name) is None else getattr(new, name)
-            for name in ("model_requests", "input_tokens", "output_tokens", "wall_ms")
+            for name in _NAMES
         )
     )
 
@@ -92,9 +95,9 @@ class BudgetBook:
     def __init__(self, clock: Callable[[], float] = epoch_ms) -> None:
         self._clock = clock
         self.ledger = Ledger()
-        self._node_of: dict[SessionId, str] = {}
-        self._bound: dict[str, SessionId] = {}  # the agent each node meters
-        self._agents: dict[str, Agent] = {}  # the live agent metered by each node
+        self._node_of: dict[SessionId, str] = {}  # the node each agent meters through
+        self._bound: dict[str, SessionId] = {}  # the agent owning each node
+        self._live: dict[SessionId, Agent] = {}  # each metered agent while it is live
         self._caps: dict[str, Budget] = {}  # the caps each node records (wall time included)
         self._recorded: dict[str, Budget] = {}  # the caps last written to its log
 
@@ -115,7 +118,7 @@ class BudgetBook:
             self.ledger = core.charge(self.ledger, node, record.consumed)
             if record.budget is not None:
                 self._recorded[node] = record.budget
-            self.attach(node, agent)
+            self.attach(node, agent, own=True)
             return
         self.raise_budget(agent.id, budget)
 
@@ -127,9 +130,17 @@ class BudgetBook:
             raise SubagentError(
                 ErrorCode.NOT_FOUND, f"{agent_id} has no open budget", field="child_id"
             )
+        if self._bound.get(node) != agent_id:  # joined its parent's node (rule 3)
+            given = [name for name in _NAMES if getattr(budget, name) is not None]
+            if given:
+                raise invalid(
+                    f"budget.{given[0]}",
+                    f"{agent_id!r} shares its parent's budget; raise its parent's",
+                )
+            return
         self.ledger = core.raise_caps(self.ledger, node, budget, self._now())
         self._caps[node] = _merged(self._caps[node], budget)
-        agent = self._agents.get(node)
+        agent = self._live.get(agent_id)
         if agent is not None:
             self._record(node, agent)
 
@@ -181,10 +192,13 @@ class BudgetBook:
             return None
         now = self._now()
         if above is None:
-            self.ledger = core.open_root(self.ledger, node, asked or Budget(), now)
+            self.ledger = core.open_root(self.ledger, node, asked or _SHARED, now)
+        elif asked is None or asked == _SHARED:  # its node would be its parent's (rule 3)
+            self.ledger = core.join(self.ledger, above, now)
+            return ChildBudget(self, above, shared=True)
         else:
-            self.ledger = core.open_child(self.ledger, above, node, asked or Budget(), now)
-        self._caps[node] = _SHARED if asked is None else _caps_of(self.ledger, node, asked)
+            self.ledger = core.open_child(self.ledger, above, node, asked, now)
+        self._caps[node] = _caps_of(self.ledger, node, asked or _SHARED)
         return ChildBudget(self, node)
 
     def restore(self, agent: Agent, parent: SessionId | None) -> None:
@@ -195,26 +209,38 @@ class BudgetBook:
             above = None if parent is None else self._node_of.get(parent)
             if record.budget is None and above is None:
                 return
-            self.carve(parent, agent.id, record.budget or Budget())
-            self.ledger = core.charge(self.ledger, agent.id, record.consumed)
-            self._recorded[agent.id] = record.budget or Budget()
-            node = agent.id
-        self.attach(node, agent)
+            carved = self.carve(parent, agent.id, record.budget or _SHARED)
+            assert carved is not None, "a recorded budget or a budgeted parent carves"
+            self.ledger = core.charge(self.ledger, carved.node, record.consumed)
+            if not carved.shared:
+                self._recorded[agent.id] = record.budget or _SHARED
+            carved.attach(agent)
+            return
+        self.attach(node, agent, own=self._bound.get(node) == agent.id)
 
-    def attach(self, node: str, agent: Agent) -> None:
-        """Meter ``agent`` through ``node`` and record its caps (in the unpublished window)."""
-        install = _meter_installer(agent)
-        self._node_of[agent.id] = node
-        self._bound[node] = agent.id
-        self._agents[node] = agent
-        agent.ctx.defer(install(self))
+    def attach(self, node: str, agent: Agent, *, own: bool) -> None:
+        """Meter ``agent`` through ``node`` and record the caps of a node it ``own``s (in the
+        unpublished window)."""
+        uninstall = _meter_installer(agent)(self)
+        agent_id = agent.id
+        self._node_of[agent_id] = node
+        self._live[agent_id] = agent
 
         def detach() -> None:
-            if self._agents.get(node) is agent:
-                del self._agents[node]
+            uninstall()
+            if self._live.get(agent_id) is agent:
+                del self._live[agent_id]
 
         agent.ctx.defer(detach)
-        self._record(node, agent)
+        if own:
+            self._bound[node] = agent_id
+            self._record(node, agent)
+
+    def leave(self, node: str, agent: SessionId | None) -> None:
+        """End a joined child's metering through its parent's ``node`` (rule 3)."""
+        if agent is not None and self._node_of.get(agent) == node:
+            del self._node_of[agent]
+        self.ledger = core.leave(self.ledger, node)
 
     def close(self, node: str) -> None:
         """Close a settled child's node, returning its unused part (best effort)."""
@@ -261,7 +287,7 @@ class BudgetBook:
         else:
             used = Amounts(1, usage.input_tokens, usage.output_tokens)
         self.ledger = core.settle(self.ledger, grant.ticket, used)
-        live = self._agents.get(self._node_of.get(agent, ""))
+        live = self._live.get(agent)
         if live is not None:
             live.session.append(BUDGET_CHARGED, charged_data(used))
 
@@ -285,18 +311,27 @@ def _caps_of(ledger: Ledger, node: str, asked: Budget) -> Budget:
     return attrs.evolve(core.caps(ledger, node), wall_ms=asked.wall_ms)
 
 
-@attrs.frozen(eq=False)
 class ChildBudget:
-    """A carved node waiting for its child agent (rule 3)."""
+    """A carved node waiting for its child agent, or the parent's node a child joined
+    (``shared``, rule 3)."""
 
-    book: BudgetBook
-    node: str
+    __slots__ = ("_agent", "book", "node", "shared")
+
+    def __init__(self, book: BudgetBook, node: str, *, shared: bool = False) -> None:
+        self.book = book
+        self.node = node
+        self.shared = shared
+        self._agent: SessionId | None = None
 
     def attach(self, agent: Agent) -> None:
-        self.book.attach(self.node, agent)
+        self._agent = agent.id
+        self.book.attach(self.node, agent, own=not self.shared)
 
     def close(self) -> None:
-        self.book.close(self.node)
+        if self.shared:
+            self.book.leave(self.node, self._agent)
+        else:
+            self.book.close(self.node)
 
 
 __all__ = ["DEFAULT_OUTPUT_RESERVATION", "BudgetBook", "ChildBudget", "check_budget"]

@@ -317,7 +317,14 @@ class SubagentService:
             resolved.parent.id, f"run:{resolved.run_id}", request.budget
         )
         if child_budget is not None:
-            resolved = attrs.evolve(resolved, budget=child_budget)
+            resolved = ResolvedStartRequest(  # not attrs.evolve: a delegation's hot path
+                resolved.request,
+                resolved.parent,
+                resolved.signal,
+                resolved.descriptor,
+                resolved.run_id,
+                child_budget,
+            )
             try:
                 run = await provider.start(resolved)
             except BaseException:

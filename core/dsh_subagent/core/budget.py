@@ -41,6 +41,11 @@ Theory of operation
    node owns (the extra is carved from its payer like a child's cap, all or nothing) and
    push its deadline later. ``short_of`` names the dimension a minimal request would be
    refused on: the seam refuses follow-ups to such a child.
+10. **Sharing.** A child that asks for no cap and no wall time of its own would get a node
+   identical to its parent's (same payers, same deadline), so it needs none: ``join`` lets
+   it meter through its parent's node (its reservations are the parent's, one node write
+   each) and counts it as an open child, so the parent cannot close under it; ``leave``
+   ends that. A joined child's usage is its parent's for every rule above.
 """
 
 from __future__ import annotations
@@ -415,6 +420,37 @@ def close(ledger: Ledger, node: str) -> Ledger:
     return Ledger(_written(nodes, edits), ledger.reservations, ledger.next_reservation)
 
 
+def join(ledger: Ledger, node: str, now_ms: int) -> Ledger:
+    """Let a child with no caps of its own meter through ``node`` (rule 10); refused like
+    ``open_child`` once ``node``'s deadline has passed."""
+    opened = _node(ledger, node)
+    if opened.deadline_ms is not None and now_ms >= opened.deadline_ms:
+        raise _exhausted(Dimension.WALL_TIME, node)
+    return _with_children(ledger, node, opened, 1)
+
+
+def leave(ledger: Ledger, node: str) -> Ledger:
+    """End a ``join`` of ``node`` (rule 10)."""
+    opened = _node(ledger, node)
+    if not opened.open_children:
+        raise SubagentError(
+            ErrorCode.ILLEGAL_TRANSITION, f"budget node {node!r} has no open child", field="node"
+        )
+    return _with_children(ledger, node, opened, -1)
+
+
+def _with_children(ledger: Ledger, name: str, node: Node, delta: int) -> Ledger:
+    changed = Node(
+        node.parent,
+        node.own,
+        node.payers,
+        node.deadline_ms,
+        node.open_children + delta,
+        node.outstanding,
+    )
+    return Ledger(ledger.nodes.set(name, changed), ledger.reservations, ledger.next_reservation)
+
+
 def charge(ledger: Ledger, node: str, used: Amounts) -> Ledger:
     """Charge ``used`` to ``node``'s payers without a reservation (usage folded from a log)."""
     opened = _node(ledger, node)
@@ -520,6 +556,8 @@ __all__ = [
     "child_deadline",
     "close",
     "grant_from",
+    "join",
+    "leave",
     "open_child",
     "open_root",
     "raise_caps",

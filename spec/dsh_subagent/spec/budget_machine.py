@@ -6,7 +6,8 @@ Hypothesis plays a tree of agents that fan out: children open under any open nod
 without caps of their own, every open node reserves model requests and output tokens in any
 interleaving (the reservations of siblings overlap, as concurrent children's do), settles
 them in any order with usage within the grant, or aborts them (usage unknown: the whole
-grant is charged), and closes child-first. The oracle keeps every grant and every settled
+grant is charged), and closes child-first; children that ask for nothing join a node and
+leave it (a joined node cannot close). The oracle keeps every grant and every settled
 usage with the ancestry of the node that made it, independently of the ledger's accounts.
 After every step:
 
@@ -52,6 +53,7 @@ class BudgetMachine(RuleBasedStateMachine):
         self.settled: list[_Charge] = []
         self.names = (f"n{i}" for i in itertools.count())
         self.now = 0
+        self.joined: list[str] = []
 
     @initialize(requests=_caps, output=_caps)
     def open_root(self, requests: int | None, output: int | None) -> None:
@@ -84,6 +86,18 @@ class BudgetMachine(RuleBasedStateMachine):
             return
         self.asked[name] = asked
         self.parent_of[name] = parent
+
+    @rule(data=st.data())
+    def join(self, data: st.DataObject) -> None:
+        node = data.draw(st.sampled_from(self._open()), label="node")
+        self.ledger = budget.join(self.ledger, node, self.now)
+        self.joined.append(node)
+
+    @precondition(lambda self: bool(self.joined))
+    @rule(data=st.data())
+    def leave(self, data: st.DataObject) -> None:
+        index = data.draw(st.integers(0, len(self.joined) - 1), label="joined")
+        self.ledger = budget.leave(self.ledger, self.joined.pop(index))
 
     @rule(data=st.data(), output=st.integers(min_value=1, max_value=6))
     def reserve(self, data: st.DataObject, output: int) -> None:
