@@ -503,3 +503,29 @@ def test_dur_2_a_running_childs_log_reaches_the_store_while_it_runs(tmp_path: Pa
         await harness.close()
 
     run(main)
+
+
+def test_dur_6_message_ids_are_random_uuids_and_a_forked_process_draws_its_own() -> None:
+    """Ids are cut from a pool of OS randomness (a follow-up's id costs no syscall): each is
+    a version-4 UUID string, and a forked process (the crash tests' workers) never repeats
+    its parent's pool, so ids stay unique across the processes sharing a store."""
+    import os
+    import uuid
+
+    from dsh_subagent.adapters.continuation import _fresh_id
+
+    ids = [_fresh_id() for _ in range(600)]  # more than one pool
+    assert len(set(ids)) == len(ids)
+    for each in ids:
+        parsed = uuid.UUID(each)
+        assert (str(parsed), parsed.version, parsed.variant) == (each, 4, uuid.RFC_4122)
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child process
+        os.write(writer, _fresh_id().encode())
+        os._exit(0)
+    os.close(writer)
+    os.waitpid(pid, 0)
+    with os.fdopen(reader) as pipe:
+        child = pipe.read()
+    assert child != _fresh_id()
