@@ -21,7 +21,7 @@ from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, ScriptedModel, reply
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.adapters.signals import AbortController
-from dsh_subagent.core.errors import ErrorCode
+from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.lifecycle import SUBAGENT_END, RunEndInfo
 from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.values import (
@@ -31,6 +31,7 @@ from dsh_subagent.core.values import (
     CoordinatorSource,
     JsonValue,
     SessionEvent,
+    SessionHeader,
     SessionId,
     TextBlock,
 )
@@ -451,6 +452,49 @@ def test_dur_3_acceptances_of_one_tick_share_one_commit(tmp_path: Path) -> None:
         for gate in gates.values():
             gate.open()
         await harness.close()
+
+    run(main)
+
+
+def test_dur_3_a_refused_or_failing_write_in_a_group_commit_fails_alone(tmp_path: Path) -> None:
+    """One batch: a refused append (a gap: refused before it writes), an append whose insert
+    fails midway (a trigger aborts it) and good appends around them. Only the two fail, each
+    with its own typed error, and the good ones commit (the batch ran again with a savepoint
+    per write)."""
+    db = tmp_path / "s.db"
+
+    def event(seq: int) -> SessionEvent:
+        return SessionEvent("note", seq, float(seq), None)
+
+    async def main() -> None:
+        store = await SqlitePersistence.open(db)
+        names = [SessionId(name) for name in ("a", "gap", "bad", "z")]
+        for name in names:
+            await store.create(SessionHeader(name, created_at=1.0), [event(0)])
+        raw = sqlite3.connect(db)
+        raw.execute(
+            """CREATE TRIGGER refuse_bad BEFORE INSERT ON events WHEN NEW.session_id = 'bad'
+            BEGIN SELECT RAISE(ABORT, 'the disk says no'); END"""
+        )
+        raw.commit()
+        raw.close()
+        outcomes = await asyncio.gather(
+            store.append(names[0], [event(1)]),
+            store.append(names[1], [event(5)]),
+            store.append(names[2], [event(1)]),
+            store.append(names[3], [event(1), event(2)]),
+            return_exceptions=True,
+        )
+        assert outcomes[0] is None
+        assert outcomes[3] is None
+        gap, bad = outcomes[1], outcomes[2]
+        assert isinstance(gap, SubagentError)
+        assert gap.field == "events[0].seq"
+        assert isinstance(bad, SubagentError)
+        assert bad.code is ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert "the disk says no" in str(bad)
+        assert [await store.revision(name) for name in names] == [2, 1, 1, 3]
+        await store.close()
 
     run(main)
 
