@@ -21,7 +21,7 @@ from dsh_subagent.adapters.reference.harness import ReferenceHarness
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, ScriptedModel, reply
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
 from dsh_subagent.adapters.signals import AbortController
-from dsh_subagent.core.errors import ErrorCode
+from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.lifecycle import SUBAGENT_END, RunEndInfo
 from dsh_subagent.core.manager.events import ReportDelivery
 from dsh_subagent.core.values import (
@@ -31,6 +31,7 @@ from dsh_subagent.core.values import (
     CoordinatorSource,
     JsonValue,
     SessionEvent,
+    SessionHeader,
     SessionId,
     TextBlock,
 )
@@ -444,6 +445,49 @@ def test_dur_3_acceptances_of_one_tick_share_one_commit(tmp_path: Path) -> None:
     run(main)
 
 
+def test_dur_3_a_refused_or_failing_write_in_a_group_commit_fails_alone(tmp_path: Path) -> None:
+    """One batch: a refused append (a gap: refused before it writes), an append whose insert
+    fails midway (a trigger aborts it) and good appends around them. Only the two fail, each
+    with its own typed error, and the good ones commit (the batch ran again with a savepoint
+    per write)."""
+    db = tmp_path / "s.db"
+
+    def event(seq: int) -> SessionEvent:
+        return SessionEvent("note", seq, float(seq), None)
+
+    async def main() -> None:
+        store = await SqlitePersistence.open(db)
+        names = [SessionId(name) for name in ("a", "gap", "bad", "z")]
+        for name in names:
+            await store.create(SessionHeader(name, created_at=1.0), [event(0)])
+        raw = sqlite3.connect(db)
+        raw.execute(
+            """CREATE TRIGGER refuse_bad BEFORE INSERT ON events WHEN NEW.session_id = 'bad'
+            BEGIN SELECT RAISE(ABORT, 'the disk says no'); END"""
+        )
+        raw.commit()
+        raw.close()
+        outcomes = await asyncio.gather(
+            store.append(names[0], [event(1)]),
+            store.append(names[1], [event(5)]),
+            store.append(names[2], [event(1)]),
+            store.append(names[3], [event(1), event(2)]),
+            return_exceptions=True,
+        )
+        assert outcomes[0] is None
+        assert outcomes[3] is None
+        gap, bad = outcomes[1], outcomes[2]
+        assert isinstance(gap, SubagentError)
+        assert gap.field == "events[0].seq"
+        assert isinstance(bad, SubagentError)
+        assert bad.code is ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert "the disk says no" in str(bad)
+        assert [await store.revision(name) for name in names] == [2, 1, 1, 3]
+        await store.close()
+
+    run(main)
+
+
 # --------------------------------------------------------------------------- the growing log
 
 
@@ -492,3 +536,29 @@ def test_dur_2_a_running_childs_log_reaches_the_store_while_it_runs(tmp_path: Pa
         await harness.close()
 
     run(main)
+
+
+def test_dur_6_message_ids_are_random_uuids_and_a_forked_process_draws_its_own() -> None:
+    """Ids are cut from a pool of OS randomness (a follow-up's id costs no syscall): each is
+    a version-4 UUID string, and a forked process (the crash tests' workers) never repeats
+    its parent's pool, so ids stay unique across the processes sharing a store."""
+    import os
+    import uuid
+
+    from dsh_subagent.adapters.continuation import _fresh_id
+
+    ids = [_fresh_id() for _ in range(600)]  # more than one pool
+    assert len(set(ids)) == len(ids)
+    for each in ids:
+        parsed = uuid.UUID(each)
+        assert (str(parsed), parsed.version, parsed.variant) == (each, 4, uuid.RFC_4122)
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child process
+        os.write(writer, _fresh_id().encode())
+        os._exit(0)
+    os.close(writer)
+    os.waitpid(pid, 0)
+    with os.fdopen(reader) as pipe:
+        child = pipe.read()
+    assert child != _fresh_id()

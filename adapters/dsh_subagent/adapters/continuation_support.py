@@ -46,20 +46,47 @@ class ChildLocks:
     def __init__(self) -> None:
         self._locks: dict[SessionId, _Lock] = {}
 
-    @contextlib.asynccontextmanager
-    async def locked(self, child_id: SessionId) -> AsyncIterator[None]:
-        entry = self._locks.setdefault(child_id, _Lock())
-        entry.users += 1
-        try:
-            async with entry.lock:
-                yield
-        finally:
-            entry.users -= 1
-            if entry.users == 0:
-                del self._locks[child_id]
+    def locked(self, child_id: SessionId) -> _Section:
+        """``async with locked(child_id):`` one critical section of that child (rule 1)."""
+        return _Section(self._locks, child_id)
 
     def __len__(self) -> int:
         return len(self._locks)
+
+
+class _Section:
+    """One critical section of ``ChildLocks``: a plain object, not a generator, since every
+    follow-up enters one (an uncontended entry never yields)."""
+
+    __slots__ = ("_child_id", "_entry", "_locks")
+
+    def __init__(self, locks: dict[SessionId, _Lock], child_id: SessionId) -> None:
+        self._locks = locks
+        self._child_id = child_id
+        self._entry: _Lock | None = None
+
+    async def __aenter__(self) -> None:
+        entry = self._locks.get(self._child_id)
+        if entry is None:
+            entry = self._locks[self._child_id] = _Lock()
+        entry.users += 1
+        self._entry = entry
+        try:
+            await entry.lock.acquire()
+        except BaseException:
+            self._leave(entry)
+            raise
+
+    async def __aexit__(self, *_exc: object) -> None:
+        entry = self._entry
+        assert entry is not None
+        entry.lock.release()
+        self._leave(entry)
+
+    def _leave(self, entry: _Lock) -> None:
+        entry.users -= 1
+        if entry.users == 0:
+            del self._locks[self._child_id]
 
 
 class Barrier:

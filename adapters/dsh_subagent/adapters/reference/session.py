@@ -18,7 +18,9 @@ Theory of operation
 4. ``flush(session)`` awaits every flush listener concurrently, then returns whether any
    participated, or raises the first failure (in listener order) once all settled
    (HARNESS-19). ``commit(session)`` is the same for a session that may have left the store
-   (a disposal's tail, DUR-4), started at the call and returned as a future.
+   (a disposal's tail, DUR-4), started at the call and returned as a future. A lone
+   listener returning a future (the binding's shared write) is joined directly: all the
+   commits of one write are resolved by one callback on it (DUR-3).
 5. ``LogOverride`` reads a log-only policy override: the value of the last ``sandbox/mode`` or
    ``approval/policy`` event (HARNESS-27).
 6. ``bind_persistence`` returns a ``PersistenceBinding``, the flush listener that writes the
@@ -247,6 +249,8 @@ class SessionStore:
         self.created: Emitter[LiveSession] = Emitter("session/created")
         self.disposed: Emitter[LiveSession] = Emitter("session/disposed")
         self._flush: Emitter[LiveSession] = Emitter("session/flush")
+        #: The commits waiting on each shared write of a lone flush listener (``_join``).
+        self._joined: dict[asyncio.Future[object], list[asyncio.Future[bool]]] = {}
 
     def prepare(
         self,
@@ -339,9 +343,20 @@ class SessionStore:
         if not listeners:
             outcome.set_result(False)
             return outcome
+        if len(listeners) == 1:
+            try:
+                shared = listeners[0](session)
+            except Exception as error:
+                outcome.set_exception(error)
+                return outcome
+            if isinstance(shared, asyncio.Future):
+                self._join(shared, outcome)
+                return outcome
+            waits = [asyncio.ensure_future(_awaitable(shared, loop))]
+        else:
+            waits = [asyncio.ensure_future(_listened(each, session)) for each in listeners]
         # Callbacks, not ``gather``: one acceptance is one commit, so a hop saved here is
         # saved per accepted message (DUR-3).
-        waits = [asyncio.ensure_future(_listened(listener, session)) for listener in listeners]
         unsettled = len(waits)
 
         def settle(_done: asyncio.Future[object]) -> None:
@@ -359,6 +374,25 @@ class SessionStore:
         for wait in waits:
             wait.add_done_callback(settle)
         return outcome
+
+    def _join(self, shared: asyncio.Future[object], outcome: asyncio.Future[bool]) -> None:
+        """Resolve ``outcome`` with the lone listener's shared write (rule 4): the commits
+        joining one write are resolved by one callback, not one hop each (DUR-3)."""
+        joined = self._joined.get(shared)
+        if joined is None:
+            joined = self._joined[shared] = []
+            shared.add_done_callback(self._resolve_joined)
+        joined.append(outcome)
+
+    def _resolve_joined(self, shared: asyncio.Future[object]) -> None:
+        failure = asyncio.CancelledError() if shared.cancelled() else shared.exception()
+        for outcome in self._joined.pop(shared):
+            if outcome.done():  # its awaiter was cancelled and left
+                continue
+            if failure is None:
+                outcome.set_result(True)
+            else:
+                outcome.set_exception(failure)
 
     def _live_entry(self, session: Session) -> _Entry:
         entry = self._entries.get(session.id)
@@ -389,15 +423,21 @@ class LogOverride:
 
 def _listened(listener: Callable[[LiveSession], object], session: LiveSession) -> Awaitable[object]:
     """Call ``listener`` now; what it returned (or raised) as something to await."""
+    loop = asyncio.get_running_loop()
     try:
         result = listener(session)
     except Exception as error:
-        failed: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        failed: asyncio.Future[object] = loop.create_future()
         failed.set_exception(error)
         return failed
+    return _awaitable(result, loop)
+
+
+def _awaitable(result: object, loop: asyncio.AbstractEventLoop) -> Awaitable[object]:
+    """A listener's result as something to await (a plain value: a done future)."""
     if isinstance(result, Awaitable):
         return result
-    done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    done: asyncio.Future[object] = loop.create_future()
     done.set_result(result)
     return done
 
@@ -414,7 +454,7 @@ class PersistenceBinding:
         # commit after it left the store still knows what is stored (DUR-4).
         self._logs: weakref.WeakKeyDictionary[LiveSession, _Log] = weakref.WeakKeyDictionary()
         self._detachers = (
-            store.on_flush(self.write),
+            store.on_flush(self._request),
             store.created.subscribe(self._observe),
             store.disposed.subscribe(self._retire),
         )
@@ -425,14 +465,11 @@ class PersistenceBinding:
         for log in list(self._logs.values()):
             log.quiet()
 
-    def write(self, session: LiveSession) -> Awaitable[None]:
-        """The flush listener: resolves once every event ``session`` holds now is stored.
-        Cancelling the awaiter never cancels the (shared) write."""
-        return asyncio.shield(self._request(session))
-
     def _request(self, session: LiveSession) -> asyncio.Future[None]:
-        """The write queued behind the one in flight (it starts when that ends, and takes
-        every event the log has then), or a new one started now."""
+        """The flush listener: the write queued behind the one in flight (it starts when
+        that ends, and takes every event the log has then), or a new one started now. It
+        resolves once every event ``session`` holds now is stored; it is shared, so the
+        store only adds callbacks to it (a cancelled awaiter never cancels it)."""
         log = self._log_of(session)
         pending = log.queued
         if pending is None:

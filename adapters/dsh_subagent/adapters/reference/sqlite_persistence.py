@@ -55,10 +55,12 @@ Theory of operation
 11. Group commit (DUR-3): ``create`` and ``append`` do not commit alone. A write joins the
    open batch; the first of a batch schedules it for the end of the loop tick, and while a
    batch is being committed the next one gathers. A batch runs on the connection's thread
-   in one ``BEGIN IMMEDIATE`` transaction, each write in its own savepoint (its checks and
-   its fence first): a refused write rolls back to its savepoint and fails alone, the rest
-   commit together, so many acceptances share one fsync. A failed commit fails every write
-   of the batch. ``close`` waits for the pending batches.
+   in one ``BEGIN IMMEDIATE`` transaction, each write's checks and fence before its first
+   statement that writes: a refused write has written nothing and fails alone, the rest
+   commit together, so many acceptances share one fsync. A write whose statement fails
+   midway rolls the batch back; it runs again with a savepoint per write, so that write
+   fails alone. An append reads what it checks in one statement. A failed commit fails
+   every write of the batch. ``close`` waits for the pending batches.
 """
 
 from __future__ import annotations
@@ -170,6 +172,13 @@ _MAILBOX: Final = (
     ) STRICT""",
     "CREATE INDEX IF NOT EXISTS mailbox_by_session ON mailbox (session_id, seq)",
 )
+_APPEND_STATE: Final = """SELECT
+    (SELECT COALESCE(MAX(seq), -1) + 1 FROM events WHERE session_id = s.id),
+    l.owner, l.host, l.pid, l.epoch, l.expires_at, s.header
+    FROM sessions AS s LEFT JOIN leases AS l ON l.session_id = s.id WHERE s.id = ?"""
+"""What an append checks, in one statement: the session exists (its header is read, so
+undecodable text is found, rule 7), its revision and its lease row (``host`` is never NULL
+in a stored lease), so a job costs one read (rule 11)."""
 DEFAULT_MAILBOX_POLL: Final = 0.05
 """Seconds between two ``PRAGMA data_version`` probes of a holder watching its mailbox."""
 
@@ -516,9 +525,11 @@ class SqlitePersistence(ListsHeaders):
         rows = encode_events(events)
 
         def job(conn: sqlite3.Connection) -> None:
-            _header_text(conn, sid)
-            require_continues(rows, _revision(conn, sid))
-            self._fence(conn, sid)
+            found = conn.execute(_APPEND_STATE, (sid,)).fetchone()
+            if found is None:
+                raise unknown_session(sid)
+            require_continues(rows, found[0])
+            self._fenced(conn, sid, None if found[2] is None else LeaseRow(*found[1:6]))
             _insert_events(conn, sid, rows)
 
         await self._write(job, sid)
@@ -567,8 +578,34 @@ class SqlitePersistence(ListsHeaders):
     def _run_batch(
         self, jobs: Sequence[tuple[_Job, SessionId]]
     ) -> builtins.list[BaseException | None]:
-        """On the connection's thread: every job in one transaction, each in a savepoint, so
-        a refused job (a stale epoch, a gap) writes nothing and the others still commit."""
+        """On the connection's thread: every job in one transaction (rule 11). A job refuses
+        (a ``SubagentError``: a stale epoch, a gap) only before its first write, so a
+        refusal needs no rollback and the jobs run without savepoints; a statement failing
+        midway rolls the transaction back and the batch runs again, a savepoint per job."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            return [_typed_failure(conn, error, None) for _ in jobs]
+        outcomes: builtins.list[BaseException | None] = []
+        for job, _session_id in jobs:
+            try:
+                job(conn)
+            except SubagentError as refusal:
+                outcomes.append(refusal)
+            except Exception:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                return self._run_saved(jobs)
+            else:
+                outcomes.append(None)
+        return self._commit_outcomes(outcomes)
+
+    def _run_saved(
+        self, jobs: Sequence[tuple[_Job, SessionId]]
+    ) -> builtins.list[BaseException | None]:
+        """``_run_batch`` with each job in a savepoint, so a job whose statement fails
+        midway writes nothing and the others still commit."""
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -592,6 +629,13 @@ class SqlitePersistence(ListsHeaders):
             else:
                 conn.execute("RELEASE job")
                 outcomes.append(None)
+        return self._commit_outcomes(outcomes)
+
+    def _commit_outcomes(
+        self, outcomes: builtins.list[BaseException | None]
+    ) -> builtins.list[BaseException | None]:
+        """Commit the batch's transaction; a failed commit fails every job it would store."""
+        conn = self._conn
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as error:
@@ -654,9 +698,15 @@ class SqlitePersistence(ListsHeaders):
 
     def _fence(self, conn: sqlite3.Connection, session_id: SessionId) -> None:
         """Inside a write transaction: refuse a write its lease no longer covers; renew."""
+        self._fenced(conn, session_id, _lease_row(conn, session_id))
+
+    def _fenced(
+        self, conn: sqlite3.Connection, session_id: SessionId, row: LeaseRow | None
+    ) -> None:
+        """``_fence`` with the lease row already read in this transaction."""
         now = self._clock()
         held = self._held.get(session_id)
-        fence(session_id, _lease_row(conn, session_id), held, self._me, now)
+        fence(session_id, row, held, self._me, now)
         if held is not None:
             conn.execute(
                 "UPDATE leases SET expires_at = ? WHERE session_id = ?",
