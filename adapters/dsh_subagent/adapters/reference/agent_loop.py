@@ -290,6 +290,42 @@ def _last_turn(session: Session) -> int:
     return 0
 
 
+class _Settle:
+    """Resolves a ``when_idle`` waiter's future (one slotted object, no closure)."""
+
+    __slots__ = ("_idle",)
+
+    def __init__(self, idle: asyncio.Future[None]) -> None:
+        self._idle = idle
+
+    def __call__(self) -> None:
+        if not self._idle.done():  # done: the waiter was cancelled and left
+            self._idle.set_result(None)
+
+
+class _IdleFollower:
+    """An ``on_idle`` callback waiting on one activity: called when that activity ends, or
+    carried on to the activity that replaced it."""
+
+    __slots__ = ("_activity", "_agent", "_callback")
+
+    def __init__(
+        self,
+        agent: ReferenceAgent,
+        activity: asyncio.Future[None],
+        callback: Callable[[], object],
+    ) -> None:
+        self._agent = agent
+        self._activity = activity
+        self._callback = callback
+
+    def __call__(self, _done: object) -> None:
+        if self._activity is self._agent._activity:
+            self._callback()
+        else:
+            self._agent.on_idle(self._callback)  # replaced by a newer activity: follow it
+
+
 class ReferenceAgent:
     """The reference agent over one session (HARNESS-1 .. HARNESS-11)."""
 
@@ -450,12 +486,7 @@ class ReferenceAgent:
         if self._activity is None or self._activity.done():
             return  # idle now: a replacement is installed before the activity it replaces ends
         idle: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def settle() -> None:
-            if not idle.done():  # done: the waiter was cancelled and left
-                idle.set_result(None)
-
-        self.on_idle(settle)
+        self.on_idle(_Settle(idle))
         await idle
 
     def on_idle(self, callback: Callable[[], object]) -> None:
@@ -465,14 +496,7 @@ class ReferenceAgent:
         if activity is None:
             asyncio.get_running_loop().call_soon(callback)
             return
-
-        def settled(_: object) -> None:
-            if activity is self._activity:
-                callback()
-            else:
-                self.on_idle(callback)  # replaced by a newer activity: follow it
-
-        activity.add_done_callback(settled)
+        activity.add_done_callback(_IdleFollower(self, activity, callback))
 
     def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> asyncio.Task[T]:
         """Run ``task`` from true idle; status stays idle; wakes latch (HARNESS-8)."""
