@@ -142,7 +142,10 @@ class _Inbox:
     """The two pending lists, mutated only through durable splices (HARNESS-10).
 
     It holds the agent's three inbox emitters, never the agent: no reference cycle, so a
-    disposed agent and its log are freed by reference counting, not by the cyclic GC."""
+    disposed agent and its log are freed by reference counting, not by the cyclic GC.
+    Slotted: one per live agent."""
+
+    __slots__ = ("_claimed", "_discarded", "_inserted", "_lists", "_session", "_where")
 
     def __init__(
         self,
