@@ -1010,6 +1010,31 @@ def test_harness_29_the_same_listener_twice_is_two_subscriptions_in_order() -> N
     assert emitter.listeners == ()
 
 
+def test_harness_29_one_listener_then_more_keeps_order_and_single_shot_disposers() -> None:
+    emitter: Emitter[int] = Emitter("e")
+    seen: list[tuple[str, int]] = []
+    only = emitter.subscribe(lambda n: seen.append(("a", n)))
+    emitter.emit(1)
+    stale = emitter.subscribe(lambda n: seen.append(("x", n)))
+    stale()
+    second = emitter.subscribe(lambda n: seen.append(("b", n)))
+    emitter.emit(2)
+    only()
+    emitter.emit(3)
+    second()
+    emitter.emit(4)
+    assert seen == [("a", 1), ("a", 2), ("b", 2), ("b", 3)]
+    again = emitter.subscribe(lambda n: seen.append(("c", n)))
+    stale()  # a used disposer removes nothing, even after the table shrank to one
+    other = emitter.subscribe(lambda n: seen.append(("d", n)))
+    again()
+    again()
+    emitter.emit(5)
+    assert seen[-1:] == [("d", 5)]
+    other()
+    assert emitter.listeners == ()
+
+
 def test_harness_29_scope_unwinds_in_reverse_and_raises_first_failure() -> None:
     async def main() -> None:
         scope = Scope()

@@ -410,6 +410,27 @@ def test_dur_1_a_report_and_a_settlement_notice_are_stored_when_acknowledged(
     run(main)
 
 
+def test_dur_1_a_settlement_notice_whose_commit_fails_is_logged_and_the_drain_returns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "s.db"
+    models = Models()
+
+    async def main() -> None:
+        gate = Gate()
+        models.of(P).extend([Gated(gate, reply("first"))])
+        harness, persistence = await held_harness(db, models)
+        await _running_child(harness, gate)
+        persistence.failing = True
+        await harness.service.drain_continuable()  # the release resolves all the same
+        assert harness.service.activation_state(P) is None
+        assert f"settlement notice of {P} is not durable" in caplog.text
+        persistence.failing = False
+        await harness.close()
+
+    run(main)
+
+
 def test_dur_3_acceptances_of_one_tick_share_one_commit(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     models = Models()

@@ -46,11 +46,11 @@ import enum
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeAlias, assert_never
+from typing import Any, TypeAlias, assert_never
 
 import attrs
 
-from dsh_subagent.adapters.durability import Accepted, accepted, confirm
+from dsh_subagent.adapters.durability import Accepted, DurabilityFailed, accepted
 from dsh_subagent.adapters.protocols import (
     Agent,
     AgentHandle,
@@ -168,9 +168,10 @@ class LiveChild:
         run_id = None if self.start_info is None else self.start_info.run_id
         return fields(self.child_id, self.parent_session, None, run_id)
 
-    def warn(self, message: str, *args: object, failed: bool = True) -> None:
+    def warn(self, message: str, *args: object, failed: bool | BaseException = True) -> None:
         """Log a warning about this Activation with its fields (OBS-5): ``message`` formats
-        the child id, then ``args``; ``failed`` attaches the exception being handled."""
+        the child id, then ``args``; ``failed`` attaches the exception being handled (True)
+        or the one given."""
         _log.warning(message, self.child_id, *args, exc_info=failed, extra=self.fields())
 
     def released_failure(self) -> SubagentError | None:
@@ -202,7 +203,8 @@ class Engine:
         self._emit = emit
         self._ids = ids
         self._event_ids = itertools.count()
-        self._tasks: set[asyncio.Task[None]] = set()
+        #: Teardown tasks, and the commits of sent notices a release waits for (rule 4).
+        self._tasks: set[asyncio.Future[Any]] = set()
         #: Settlement notices sent and not yet stored, by the child that settled (rule 5).
         self._notices: dict[SessionId, Accepted] = {}
 
@@ -423,19 +425,11 @@ class Engine:
             if not live.released.done():
                 live.released.set_result(failure)
             return
-        self._spawn(self._release_when_stored(live, notice, failure))
-
-    async def _release_when_stored(
-        self, live: LiveChild, notice: Accepted, failure: SubagentError | None
-    ) -> None:
-        """The release resolves once the settlement notice is in the parent's stored log
-        (rule 5, DUR-1); a failed commit is logged, the notice stays delivered in memory."""
-        try:
-            await confirm(notice)
-        except SubagentError:
-            live.warn("settlement notice of %s is not durable")
-        if not live.released.done():
-            live.released.set_result(failure)
+        # A done callback, not a task: a drain's wave of releases allocates no task,
+        # coroutine or shield per child (rule 5).
+        durable = asyncio.ensure_future(notice.durable)
+        self._tasks.add(durable)
+        durable.add_done_callback(_ReleaseWhenStored(self._tasks, live, notice, failure))
 
     # ------------------------------------------------------------------ teardown tasks
 
@@ -545,6 +539,37 @@ class Engine:
         """Wait until no teardown task is pending (tests and drains)."""
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class _ReleaseWhenStored:
+    """Resolves a child's release once its settlement notice is in the parent's stored log
+    (rule 5, DUR-1); a failed commit is logged, the notice stays delivered in memory."""
+
+    __slots__ = ("_failure", "_live", "_notice", "_pending")
+
+    def __init__(
+        self,
+        pending: set[asyncio.Future[Any]],
+        live: LiveChild,
+        notice: Accepted,
+        failure: SubagentError | None,
+    ) -> None:
+        self._pending = pending
+        self._live = live
+        self._notice = notice
+        self._failure = failure
+
+    def __call__(self, durable: asyncio.Future[Any]) -> None:
+        self._pending.discard(durable)
+        live = self._live
+        error = None if durable.cancelled() else durable.exception()
+        if error is not None or durable.cancelled():
+            notice = self._notice
+            failed = DurabilityFailed(notice.message_id, notice.session_id, error)
+            failed.__cause__ = error
+            live.warn("settlement notice of %s is not durable", failed=failed)
+        if not live.released.done():
+            live.released.set_result(self._failure)
 
 
 class _Watch:

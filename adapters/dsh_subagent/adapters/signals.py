@@ -26,7 +26,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -63,8 +63,8 @@ class _Subscription:
 
     def __call__(self) -> None:
         emitter, self._emitter = self._emitter, None
-        if emitter is not None and emitter._listeners is not None:
-            emitter._listeners.pop(self._token, None)
+        if emitter is not None:
+            emitter._remove(self._token)
 
 
 class Subscribable(Protocol[P_co]):
@@ -73,31 +73,54 @@ class Subscribable(Protocol[P_co]):
     def subscribe(self, listener: Callable[[P_co], object], /) -> Unsubscribe: ...
 
 
+#: A listener table by subscription token, and the one-listener form of it.
+_Table: TypeAlias = dict[int, Callable[[P], object]]
+_Pair: TypeAlias = tuple[int, Callable[[P], object]]
+
+
 class Emitter(Generic[P]):
     """A synchronous listener list whose callbacks can be enumerated (HARNESS-29).
 
-    The listener table is created on first subscription: most emitters of a short-lived
-    child are never listened to, and each costs two slots until one is.
+    The listener table is created on the second subscription: most emitters of a
+    short-lived child are never listened to, or by one listener, which is held as a
+    ``(token, listener)`` pair (a third of a table's memory).
     """
 
     __slots__ = ("_listeners", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._listeners: dict[int, Callable[[P], object]] | None = None
+        self._listeners: _Table[P] | _Pair[P] | None = None
 
     def subscribe(self, listener: Callable[[P], object]) -> Unsubscribe:
         """Add ``listener``; the returned disposer removes it once (single-shot)."""
         token = next(_tokens)
-        if self._listeners is None:
-            self._listeners = {}
-        self._listeners[token] = listener
+        held = self._listeners
+        if held is None:
+            self._listeners = (token, listener)
+        elif isinstance(held, tuple):
+            self._listeners = {held[0]: held[1], token: listener}
+        else:
+            held[token] = listener
         return _Subscription(self, token)
+
+    def _remove(self, token: int) -> None:
+        held = self._listeners
+        if isinstance(held, tuple):
+            if held[0] == token:
+                self._listeners = None
+        elif held is not None:
+            held.pop(token, None)
 
     @property
     def listeners(self) -> tuple[Callable[[P], object], ...]:
         """A snapshot of the current listeners, in registration order."""
-        return () if not self._listeners else tuple(self._listeners.values())
+        held = self._listeners
+        if held is None:
+            return ()
+        if isinstance(held, tuple):
+            return (held[1],)
+        return tuple(held.values())
 
     def emit(self, payload: P) -> None:
         """Call every listener; each failure is logged and contained."""

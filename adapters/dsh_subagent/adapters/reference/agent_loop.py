@@ -142,7 +142,10 @@ class _Inbox:
     """The two pending lists, mutated only through durable splices (HARNESS-10).
 
     It holds the agent's three inbox emitters, never the agent: no reference cycle, so a
-    disposed agent and its log are freed by reference counting, not by the cyclic GC."""
+    disposed agent and its log are freed by reference counting, not by the cyclic GC.
+    Slotted: one per live agent."""
+
+    __slots__ = ("_claimed", "_discarded", "_inserted", "_lists", "_session", "_where")
 
     def __init__(
         self,
@@ -288,6 +291,42 @@ def _last_turn(session: Session) -> int:
             except SubagentError as exc:
                 raise _corrupt(event.seq, "turn/start without a turn number") from exc
     return 0
+
+
+class _Settle:
+    """Resolves a ``when_idle`` waiter's future (one slotted object, no closure)."""
+
+    __slots__ = ("_idle",)
+
+    def __init__(self, idle: asyncio.Future[None]) -> None:
+        self._idle = idle
+
+    def __call__(self) -> None:
+        if not self._idle.done():  # done: the waiter was cancelled and left
+            self._idle.set_result(None)
+
+
+class _IdleFollower:
+    """An ``on_idle`` callback waiting on one activity: called when that activity ends, or
+    carried on to the activity that replaced it."""
+
+    __slots__ = ("_activity", "_agent", "_callback")
+
+    def __init__(
+        self,
+        agent: ReferenceAgent,
+        activity: asyncio.Future[None],
+        callback: Callable[[], object],
+    ) -> None:
+        self._agent = agent
+        self._activity = activity
+        self._callback = callback
+
+    def __call__(self, _done: object) -> None:
+        if self._activity is self._agent._activity:
+            self._callback()
+        else:
+            self._agent.on_idle(self._callback)  # replaced by a newer activity: follow it
 
 
 class ReferenceAgent:
@@ -450,12 +489,7 @@ class ReferenceAgent:
         if self._activity is None or self._activity.done():
             return  # idle now: a replacement is installed before the activity it replaces ends
         idle: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def settle() -> None:
-            if not idle.done():  # done: the waiter was cancelled and left
-                idle.set_result(None)
-
-        self.on_idle(settle)
+        self.on_idle(_Settle(idle))
         await idle
 
     def on_idle(self, callback: Callable[[], object]) -> None:
@@ -465,14 +499,7 @@ class ReferenceAgent:
         if activity is None:
             asyncio.get_running_loop().call_soon(callback)
             return
-
-        def settled(_: object) -> None:
-            if activity is self._activity:
-                callback()
-            else:
-                self.on_idle(callback)  # replaced by a newer activity: follow it
-
-        activity.add_done_callback(settled)
+        activity.add_done_callback(_IdleFollower(self, activity, callback))
 
     def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> asyncio.Task[T]:
         """Run ``task`` from true idle; status stays idle; wakes latch (HARNESS-8)."""
