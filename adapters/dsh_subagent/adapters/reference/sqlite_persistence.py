@@ -41,7 +41,12 @@ Theory of operation
    grant is one compare-and-set: ``BEGIN IMMEDIATE`` (the file's write lock, so across
    processes), read the row, decide (``grant``), then an update conditional on the epoch
    read. Every write's transaction runs ``fence`` before its first insert. A heartbeat task
-   renews the held leases every ``lease_ttl / 3`` seconds while any is held.
+   renews the held leases every ``lease_ttl / 3`` seconds while any is held. A grant and a
+   release commit at ``synchronous=NORMAL`` (no fsync of their own; a reservation keeps the
+   store's level): visible to every connection at once and never lost by a process crash,
+   and the WAL is one ordered file, so the next fsync'd commit (the first log write the
+   grant fences, any acceptance) makes them durable too. Power loss can only undo a grant
+   under which nothing durable was written, or a release, whose lease then expires.
 10. The durable mailbox (``persistence`` rule 9): ``mailbox(seq integer primary key,
    session_id, message_id, sender, content, created_at)``, created if absent on open like
    ``leases``; ``seq`` is the acceptance order. ``post`` decides and inserts inside one
@@ -190,6 +195,24 @@ def _transaction(conn: sqlite3.Connection, begin: str) -> Iterator[None]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+@contextlib.contextmanager
+def _lease_transaction(
+    conn: sqlite3.Connection, level: str, *, lowered: bool = True
+) -> Iterator[None]:
+    """A lease's own write (a grant, a release) in one ``BEGIN IMMEDIATE``, committed at
+    most at ``NORMAL``, so without an fsync of its own (rule 9); ``lowered=False`` keeps
+    ``level``."""
+    lowered = lowered and level in ("FULL", "EXTRA")
+    if lowered:
+        conn.execute("PRAGMA synchronous=NORMAL")
+    try:
+        with _transaction(conn, "BEGIN IMMEDIATE"):
+            yield
+    finally:
+        if lowered:
+            conn.execute(f"PRAGMA synchronous={level}")
 
 
 def _not_a_store(path: str) -> SubagentError:
@@ -354,8 +377,11 @@ class SqlitePersistence(ListsHeaders):
         clock: Clock,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         mailbox_poll: float = DEFAULT_MAILBOX_POLL,
+        *,
+        synchronous: str = "FULL",
     ) -> None:
         """Internal: use ``SqlitePersistence.open``."""
+        self._level = synchronous
         self._executor = executor
         self._conn = conn
         self._clock = clock
@@ -418,7 +444,7 @@ class SqlitePersistence(ListsHeaders):
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        return cls(executor, conn, clock, ttl, poll)
+        return cls(executor, conn, clock, ttl, poll, synchronous=level)
 
     async def _run(
         self, job: Callable[[sqlite3.Connection], _T], session_id: SessionId | None = None
@@ -669,7 +695,8 @@ class SqlitePersistence(ListsHeaders):
         sid = require_session_id(session_id)
 
         def job(conn: sqlite3.Connection) -> Lease:
-            with _transaction(conn, "BEGIN IMMEDIATE"):
+            # A reservation keeps the store's level: it is durable at once (LEASE-4).
+            with _lease_transaction(conn, self._level, lowered=not reserve):
                 row = _lease_row(conn, sid)
                 stored = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone()
                 new = grant(
@@ -715,7 +742,7 @@ class SqlitePersistence(ListsHeaders):
             del self._held[lease.session_id]
 
         def job(conn: sqlite3.Connection) -> None:
-            with _transaction(conn, "BEGIN IMMEDIATE"):
+            with _lease_transaction(conn, self._level):
                 conn.execute(
                     """UPDATE leases SET owner = NULL
                     WHERE session_id = ? AND owner = ? AND epoch = ?""",
