@@ -175,7 +175,7 @@ class Creator:
         self._locks = locks
         self._barrier = barrier
         #: Store leases granted to a start or resume that has no live child yet (rule 3).
-        self._leases: dict[SessionId, Callable[[], Awaitable[None]]] = {}
+        self._leases: dict[SessionId, Callable[[], Awaitable[bool | None]]] = {}
         #: Budget nodes carved for a fresh start not yet accepted (rolled back with it).
         self._carved: dict[SessionId, ChildBudget] = {}
 
@@ -515,8 +515,8 @@ class _LeaseRelease:
         self._persistence = persistence
         self._lease = lease
 
-    async def __call__(self) -> None:
-        await self._persistence.release(self._lease)
+    async def __call__(self) -> bool | None:
+        return await self._persistence.release(self._lease)
 
 
 def _seed_with_descriptor(

@@ -522,8 +522,13 @@ class SessionPersistence(Protocol):
         when another live holder has it (LEASE-1, LEASE-2, LEASE-5)."""
         ...
 
-    async def release(self, lease: Lease) -> None:
-        """Give the lease up (the Activation was released); a lost lease is left alone."""
+    async def release(self, lease: Lease) -> bool | None:
+        """Give the lease up (the Activation was released); a lost lease is left alone.
+
+        ``False`` when the release's own transaction saw no mailbox row for the child: no
+        mail can come to a free child (a post writes only while another holder has the
+        lease), so its former holder need not look again (DUR-23); ``True`` or ``None``
+        (not known): it looks."""
         ...
 
     async def close(self) -> None:

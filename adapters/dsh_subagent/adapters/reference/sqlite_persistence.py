@@ -733,23 +733,27 @@ class SqlitePersistence(ListsHeaders):
         """Take the child's lease at a new epoch, or ``ACTIVATION_HELD`` (LEASE-1, LEASE-2)."""
         return await self._grant(session_id, reserve=False)
 
-    async def release(self, lease: Lease) -> None:
-        """Give the lease up; a lease another holder took meanwhile is left alone."""
+    async def release(self, lease: Lease) -> bool:
+        """Give the lease up; a lease another holder took meanwhile is left alone. True when
+        the child has mailbox rows, read in the same transaction (rule 10)."""
         if self._closed:
             raise closed_error()
         lease = require_lease(lease)
         if self._held.get(lease.session_id) == lease:
             del self._held[lease.session_id]
 
-        def job(conn: sqlite3.Connection) -> None:
+        def job(conn: sqlite3.Connection) -> bool:
             with _lease_transaction(conn, self._level):
                 conn.execute(
                     """UPDATE leases SET owner = NULL
                     WHERE session_id = ? AND owner = ? AND epoch = ?""",
                     (lease.session_id, lease.owner, lease.epoch),
                 )
+                query = "SELECT EXISTS (SELECT 1 FROM mailbox WHERE session_id = ?)"
+                (pending,) = conn.execute(query, (lease.session_id,)).fetchone()
+            return bool(pending)
 
-        await self._run(job, lease.session_id)
+        return await self._run(job, lease.session_id)
 
     async def heartbeat(self) -> None:
         """Renew every lease this backend holds (LEASE-5); a lost one stays lost."""
