@@ -21,7 +21,9 @@ Theory of operation
    crash before the log write loses nothing: the row is still there.
 4. Taking over (DUR-23). A cold resume reads the rows after it took the lease, prunes the
    ones its stored log already holds and delivers the rest first, in acceptance order,
-   right after materialization (no await between), then its own message. After an
+   right after materialization (no await between), then its own message. A grant whose
+   own transaction saw no row (``Lease.mail`` False) skips the read; a row posted after
+   the grant is found by the pass the resume schedules once materialized. After an
    Activation is released, a pass runs again: rows that arrived while it was being torn
    down make the core resume the child for them (``MailboxArrived`` on an absent child).
    A store whose release saw no row for the child in its own transaction says so

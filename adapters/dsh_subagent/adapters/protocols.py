@@ -150,11 +150,14 @@ class Lease:
     ``owner`` names the holder (host, pid and a per-instance token); ``epoch`` grows by one
     at every grant and fences every append of the holder: once another holder took the
     lease, the old epoch's appends are refused with ``LEASE_LOST`` and write nothing.
+    ``mail`` is False when the grant's own transaction saw no mailbox row for the child, so
+    the taker need not read the mailbox (DUR-23); True when it may have rows (not known).
     """
 
     session_id: SessionId
     owner: str
     epoch: int
+    mail: bool = attrs.field(default=True, eq=False)
 
 
 @attrs.frozen

@@ -78,6 +78,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final, TypeVar
 
+import attrs
+
 from dsh_subagent.adapters.clock import epoch_ms
 from dsh_subagent.adapters.protocols import (
     CachedProjection,
@@ -717,7 +719,9 @@ class SqlitePersistence(ListsHeaders):
                     (sid, new.owner, new.host, new.pid, new.epoch, new.expires_at, new.epoch - 1),
                 )
                 assert conn.execute("SELECT changes()").fetchone()[0] == 1
-            return lease_of(sid, new)
+                query = "SELECT EXISTS (SELECT 1 FROM mailbox WHERE session_id = ?)"
+                (pending,) = conn.execute(query, (sid,)).fetchone()
+            return attrs.evolve(lease_of(sid, new), mail=bool(pending))
 
         lease = await self._run(job, sid)
         self._held[sid] = lease
