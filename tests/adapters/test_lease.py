@@ -229,6 +229,44 @@ def test_lease_5_a_dead_holder_on_this_host_is_taken_over_at_once(tmp_path: Path
     run(main())
 
 
+def test_lease_1_lease_6_grants_and_releases_skip_their_own_fsync_writes_keep_full(
+    tmp_path: Path,
+) -> None:
+    """A grant and a release commit at ``synchronous=NORMAL`` (visible to every connection
+    at once, never lost by a process crash; the next fsync'd commit makes them durable), a
+    reservation at the store's ``FULL``, and the level is ``FULL`` again for the log writes
+    and mailbox posts that follow."""
+
+    async def main() -> None:
+        path = tmp_path / "sessions.db"
+        a = await SqlitePersistence.open(path, clock=clock, lease_ttl=TTL)
+        b = await SqlitePersistence.open(path, clock=clock, lease_ttl=TTL)
+        seen: list[str] = []
+
+        def level(conn: sqlite3.Connection) -> int:
+            conn.set_trace_callback(seen.append)
+            value: int = conn.execute("PRAGMA synchronous").fetchone()[0]
+            return value
+
+        await a._run(level)
+        first = await _created(a)
+        lease = await a.acquire(SID)
+        with pytest.raises(SubagentError) as held:
+            await b.acquire(SID)  # the grant is committed: the other connection sees it
+        assert code_of(held) is ErrorCode.ACTIVATION_HELD
+        await a.release(lease)
+        assert (await b.acquire(SID)).epoch == first.epoch + 2
+        assert await a._run(level) == 2  # FULL
+        lowered = [i for i, s in enumerate(seen) if s == "PRAGMA synchronous=NORMAL"]
+        assert len(lowered) == 3, seen  # _created's release, the grant, the release
+        for start in lowered:
+            assert seen[start + 1 : start + 2] == ["BEGIN IMMEDIATE"], seen
+            assert "PRAGMA synchronous=FULL" in seen[start + 2 :], seen
+        await _close(a, b)
+
+    run(main())
+
+
 def test_lease_6_close_releases_every_held_lease(pair: Pair) -> None:
     async def main() -> None:
         a, b = await pair()

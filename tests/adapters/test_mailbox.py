@@ -126,3 +126,34 @@ def test_dur_21_post_writes_only_while_another_live_holder_has_the_lease(
         await b.close()
 
     run(main)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_dur_23_no_mailbox_pass_runs_after_a_whole_drain(
+    where: str, backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A child released by the drain with rows in its mailbox schedules no pass that would
+    read the store after the harness closed it; the rows stay for the next taker."""
+
+    async def main() -> None:
+        a, b = await _stores(backend, where)
+        one, two = Harness(a, ids="one"), Harness(b, ids="two")
+        root = await one.root()
+        gate = Gate()
+        one.script("c", Gated(gate, reply("working")))
+        child = await one.start(root, "c")
+        await one.store.flush(child.session)
+        arrived = asyncio.Event()
+        child.inserted.subscribe(lambda _note: arrived.set())
+        grant = two.manager.user_authority()
+        await two.manager.followup(CHILD, text("m0"), grant, source=CoordinatorSource(root.id))
+        await asyncio.wait_for(arrived.wait(), 30)
+        gate.open()
+        await one.manager.drain()  # releases the child: its mailbox row is still stored
+        assert not one.manager._mailbox._tasks  # no pass outlives the drain
+        await a.close()
+        await b.close()
+
+    with caplog.at_level("WARNING", logger="dsh_subagent.adapters.continuation"):
+        run(main)
+    assert not [r for r in caplog.records if "mailbox delivery" in r.getMessage()]

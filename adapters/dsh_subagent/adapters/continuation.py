@@ -420,11 +420,16 @@ class ContinuationManager:
     # ------------------------------------------------------------------ drains
 
     async def drain(self) -> None:
-        """Close admission for good and release every Activation child-first (TEAR-13)."""
+        """Close admission for good and release every Activation child-first (TEAR-13).
+
+        No mailbox pass starts from now on or outlives the drain: the core would leave the
+        mail pending anyway (DUR-23), and a pass after it would read a closed store."""
         with self._tracing.drain("whole manager"):
+            self._mailbox.close()
             targets = self._dispatch_drain(WholeManager())
             await self._barrier.wait(lambda _lineage: True)
             await await_branches(targets, "whole manager")
+            await self._mailbox.settled()
 
     async def drain_descendants(self, parents: Sequence[Agent]) -> None:
         """Release the live descendants of these exact live roots (TEAR-8, AUTH-11)."""

@@ -175,7 +175,7 @@ class Creator:
         self._locks = locks
         self._barrier = barrier
         #: Store leases granted to a start or resume that has no live child yet (rule 3).
-        self._leases: dict[SessionId, Callable[[], Awaitable[None]]] = {}
+        self._leases: dict[SessionId, Callable[[], Awaitable[bool | None]]] = {}
         #: Budget nodes carved for a fresh start not yet accepted (rolled back with it).
         self._carved: dict[SessionId, ChildBudget] = {}
 
@@ -321,10 +321,11 @@ class Creator:
         async with self._barrier.in_flight(lineage):
             try:
                 message_id = None if content is None else self._engine.message_id()
-                held = await self._acquire(persistence, child_id, message_id)
-                if held is not None:
-                    return held
-                mail = await self._mailbox.take_over(child_id, record.events)
+                lease = await self._acquire(persistence, child_id, message_id)
+                if isinstance(lease, PostToMailbox):
+                    return lease
+                # The grant saw no row: nothing to read (one posted since: the notice below).
+                mail = await self._mailbox.take_over(child_id, record.events) if lease.mail else []
                 if content is None and not mail:
                     await self._roll_back(child_id)
                     return None
@@ -390,7 +391,7 @@ class Creator:
 
     async def _acquire(
         self, persistence: SessionPersistence, child_id: SessionId, message_id: MessageId | None
-    ) -> PostToMailbox | None:
+    ) -> PostToMailbox | Lease:
         """Take the child's lease; the core decides whether the resume may run, or where
         the follow-up goes instead (rule 2)."""
         try:
@@ -405,7 +406,7 @@ class Creator:
             return held
         await self._grant(persistence, lease)
         self._engine.dispatch(LeaseAcquired(self._engine.event_id(), child_id, lease.epoch))
-        return None
+        return lease
 
     # ------------------------------------------------------------------ shared
 
@@ -515,8 +516,8 @@ class _LeaseRelease:
         self._persistence = persistence
         self._lease = lease
 
-    async def __call__(self) -> None:
-        await self._persistence.release(self._lease)
+    async def __call__(self) -> bool | None:
+        return await self._persistence.release(self._lease)
 
 
 def _seed_with_descriptor(

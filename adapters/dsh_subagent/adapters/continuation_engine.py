@@ -161,7 +161,9 @@ class LiveChild:
     child_failures: list[SubagentError] = attrs.field(factory=list)
     outcome: EpochOutcome = attrs.field(factory=lambda: EpochOutcome(KnownStop.ERROR))
     rollback: asyncio.Future[None] | None = None
-    release_lease: Callable[[], Awaitable[None]] | None = None
+    release_lease: Callable[[], Awaitable[bool | None]] | None = None
+    #: False once the lease's release saw no mailbox row: no after-release look (DUR-23).
+    mail_at_release: bool = True
 
     def fields(self) -> dict[str, object]:
         """The structured log fields of this Activation (OBS-5)."""
@@ -613,7 +615,7 @@ async def release_lease(live: LiveChild) -> None:
     if release is None:
         return
     try:
-        await release()
+        live.mail_at_release = await release() is not False
     except Exception:
         live.warn("the lease of %s was not released; it expires")
 

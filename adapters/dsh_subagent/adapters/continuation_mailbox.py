@@ -21,9 +21,14 @@ Theory of operation
    crash before the log write loses nothing: the row is still there.
 4. Taking over (DUR-23). A cold resume reads the rows after it took the lease, prunes the
    ones its stored log already holds and delivers the rest first, in acceptance order,
-   right after materialization (no await between), then its own message. After an
+   right after materialization (no await between), then its own message. A grant whose
+   own transaction saw no row (``Lease.mail`` False) skips the read; a row posted after
+   the grant is found by the pass the resume schedules once materialized. After an
    Activation is released, a pass runs again: rows that arrived while it was being torn
    down make the core resume the child for them (``MailboxArrived`` on an absent child).
+   A store whose release saw no row for the child in its own transaction says so
+   (``release`` returns False) and the pass is skipped: a post to a free child writes
+   nothing, so no row can come after it.
 5. A persistence without the mailbox (not a ``SessionMailbox``) keeps the old refusal,
    ``ACTIVATION_HELD``.
 6. Orphans (DUR-26). A harness watches from its open (``watch_store``), not only once it
@@ -32,6 +37,9 @@ Theory of operation
    absent, the core asks for a resume, and the resume takes the lease, delivers the rows
    (rule 4) and prunes the ones already logged. Harnesses racing for one orphan are
    refused by the lease but one; the rest leave it.
+7. A whole drain closes the mailbox: no pass starts after it begins, and the drain waits
+   for the passes already running, so none reads the store after the harness closed it
+   (the core would leave the mail pending anyway; the next taker delivers it).
 """
 
 from __future__ import annotations
@@ -100,6 +108,7 @@ class Mailbox:
         self._logged: dict[SessionId, tuple[Session, int, set[MessageId]]] = {}
         self._scheduled: set[SessionId] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     def available(self) -> bool:
         return mailbox_of(self._persistence()) is not None
@@ -133,7 +142,7 @@ class Mailbox:
 
     def notice(self, child_id: SessionId) -> None:
         """Rows may be pending for ``child_id``: schedule one delivery pass (coalesced)."""
-        if child_id in self._scheduled:
+        if child_id in self._scheduled or self._closed:
             return
         self._scheduled.add(child_id)
         task = asyncio.get_running_loop().create_task(self._pass(child_id))
@@ -141,9 +150,15 @@ class Mailbox:
         task.add_done_callback(self._tasks.discard)
 
     def after_release(self, live: LiveChild) -> None:
-        """Once ``live`` is released, look again: mail that came during its teardown."""
+        """Once ``live`` is released, look again: mail that came during its teardown, unless
+        the release saw no row for it (none can come to a free child)."""
         child_id = live.child_id
-        live.released.add_done_callback(lambda _released: self.notice(child_id))
+
+        def look(_released: object) -> None:
+            if live.mail_at_release:
+                self.notice(child_id)
+
+        live.released.add_done_callback(look)
 
     async def _pass(self, child_id: SessionId) -> None:
         try:
@@ -215,8 +230,12 @@ class Mailbox:
         self._logged[child_id] = (session, len(events), ids)
         return ids
 
+    def close(self) -> None:
+        """No pass starts from now on (a whole drain closed admission for good, rule 7)."""
+        self._closed = True
+
     async def settled(self) -> None:
-        """Wait until no delivery pass is pending (tests)."""
+        """Wait until no delivery pass is pending (drains and tests)."""
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 

@@ -150,11 +150,14 @@ class Lease:
     ``owner`` names the holder (host, pid and a per-instance token); ``epoch`` grows by one
     at every grant and fences every append of the holder: once another holder took the
     lease, the old epoch's appends are refused with ``LEASE_LOST`` and write nothing.
+    ``mail`` is False when the grant's own transaction saw no mailbox row for the child, so
+    the taker need not read the mailbox (DUR-23); True when it may have rows (not known).
     """
 
     session_id: SessionId
     owner: str
     epoch: int
+    mail: bool = attrs.field(default=True, eq=False)
 
 
 @attrs.frozen
@@ -522,8 +525,13 @@ class SessionPersistence(Protocol):
         when another live holder has it (LEASE-1, LEASE-2, LEASE-5)."""
         ...
 
-    async def release(self, lease: Lease) -> None:
-        """Give the lease up (the Activation was released); a lost lease is left alone."""
+    async def release(self, lease: Lease) -> bool | None:
+        """Give the lease up (the Activation was released); a lost lease is left alone.
+
+        ``False`` when the release's own transaction saw no mailbox row for the child: no
+        mail can come to a free child (a post writes only while another holder has the
+        lease), so its former holder need not look again (DUR-23); ``True`` or ``None``
+        (not known): it looks."""
         ...
 
     async def close(self) -> None:

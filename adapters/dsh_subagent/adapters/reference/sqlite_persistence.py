@@ -41,7 +41,12 @@ Theory of operation
    grant is one compare-and-set: ``BEGIN IMMEDIATE`` (the file's write lock, so across
    processes), read the row, decide (``grant``), then an update conditional on the epoch
    read. Every write's transaction runs ``fence`` before its first insert. A heartbeat task
-   renews the held leases every ``lease_ttl / 3`` seconds while any is held.
+   renews the held leases every ``lease_ttl / 3`` seconds while any is held. A grant and a
+   release commit at ``synchronous=NORMAL`` (no fsync of their own; a reservation keeps the
+   store's level): visible to every connection at once and never lost by a process crash,
+   and the WAL is one ordered file, so the next fsync'd commit (the first log write the
+   grant fences, any acceptance) makes them durable too. Power loss can only undo a grant
+   under which nothing durable was written, or a release, whose lease then expires.
 10. The durable mailbox (``persistence`` rule 9): ``mailbox(seq integer primary key,
    session_id, message_id, sender, content, created_at)``, created if absent on open like
    ``leases``; ``seq`` is the acceptance order. ``post`` decides and inserts inside one
@@ -74,6 +79,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final, TypeVar
+
+import attrs
 
 from dsh_subagent.adapters.clock import epoch_ms
 from dsh_subagent.adapters.protocols import (
@@ -199,6 +206,24 @@ def _transaction(conn: sqlite3.Connection, begin: str) -> Iterator[None]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+@contextlib.contextmanager
+def _lease_transaction(
+    conn: sqlite3.Connection, level: str, *, lowered: bool = True
+) -> Iterator[None]:
+    """A lease's own write (a grant, a release) in one ``BEGIN IMMEDIATE``, committed at
+    most at ``NORMAL``, so without an fsync of its own (rule 9); ``lowered=False`` keeps
+    ``level``."""
+    lowered = lowered and level in ("FULL", "EXTRA")
+    if lowered:
+        conn.execute("PRAGMA synchronous=NORMAL")
+    try:
+        with _transaction(conn, "BEGIN IMMEDIATE"):
+            yield
+    finally:
+        if lowered:
+            conn.execute(f"PRAGMA synchronous={level}")
 
 
 def _not_a_store(path: str) -> SubagentError:
@@ -363,8 +388,11 @@ class SqlitePersistence(ListsHeaders):
         clock: Clock,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         mailbox_poll: float = DEFAULT_MAILBOX_POLL,
+        *,
+        synchronous: str = "FULL",
     ) -> None:
         """Internal: use ``SqlitePersistence.open``."""
+        self._level = synchronous
         self._executor = executor
         self._conn = conn
         self._clock = clock
@@ -427,7 +455,7 @@ class SqlitePersistence(ListsHeaders):
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        return cls(executor, conn, clock, ttl, poll)
+        return cls(executor, conn, clock, ttl, poll, synchronous=level)
 
     async def _run(
         self, job: Callable[[sqlite3.Connection], _T], session_id: SessionId | None = None
@@ -719,7 +747,8 @@ class SqlitePersistence(ListsHeaders):
         sid = require_session_id(session_id)
 
         def job(conn: sqlite3.Connection) -> Lease:
-            with _transaction(conn, "BEGIN IMMEDIATE"):
+            # A reservation keeps the store's level: it is durable at once (LEASE-4).
+            with _lease_transaction(conn, self._level, lowered=not reserve):
                 row = _lease_row(conn, sid)
                 stored = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone()
                 new = grant(
@@ -740,7 +769,9 @@ class SqlitePersistence(ListsHeaders):
                     (sid, new.owner, new.host, new.pid, new.epoch, new.expires_at, new.epoch - 1),
                 )
                 assert conn.execute("SELECT changes()").fetchone()[0] == 1
-            return lease_of(sid, new)
+                query = "SELECT EXISTS (SELECT 1 FROM mailbox WHERE session_id = ?)"
+                (pending,) = conn.execute(query, (sid,)).fetchone()
+            return attrs.evolve(lease_of(sid, new), mail=bool(pending))
 
         lease = await self._run(job, sid)
         self._held[sid] = lease
@@ -756,23 +787,27 @@ class SqlitePersistence(ListsHeaders):
         """Take the child's lease at a new epoch, or ``ACTIVATION_HELD`` (LEASE-1, LEASE-2)."""
         return await self._grant(session_id, reserve=False)
 
-    async def release(self, lease: Lease) -> None:
-        """Give the lease up; a lease another holder took meanwhile is left alone."""
+    async def release(self, lease: Lease) -> bool:
+        """Give the lease up; a lease another holder took meanwhile is left alone. True when
+        the child has mailbox rows, read in the same transaction (rule 10)."""
         if self._closed:
             raise closed_error()
         lease = require_lease(lease)
         if self._held.get(lease.session_id) == lease:
             del self._held[lease.session_id]
 
-        def job(conn: sqlite3.Connection) -> None:
-            with _transaction(conn, "BEGIN IMMEDIATE"):
+        def job(conn: sqlite3.Connection) -> bool:
+            with _lease_transaction(conn, self._level):
                 conn.execute(
                     """UPDATE leases SET owner = NULL
                     WHERE session_id = ? AND owner = ? AND epoch = ?""",
                     (lease.session_id, lease.owner, lease.epoch),
                 )
+                query = "SELECT EXISTS (SELECT 1 FROM mailbox WHERE session_id = ?)"
+                (pending,) = conn.execute(query, (lease.session_id,)).fetchone()
+            return bool(pending)
 
-        await self._run(job, lease.session_id)
+        return await self._run(job, lease.session_id)
 
     async def heartbeat(self) -> None:
         """Renew every lease this backend holds (LEASE-5); a lost one stays lost."""
