@@ -135,12 +135,8 @@ def _plant_no_authority_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _plant_parent_flushed_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    def eager(step: Step, record: Activation) -> bool:
-        target = STATE_TRIGGERED.get((record.phase, Trigger.CHILDREN_RELEASED))
-        if target is None:
-            return False
-        step.put(attrs.evolve(record, phase=target))
-        return True
+    def eager(record: Activation, phase: Phase) -> Phase | None:
+        return STATE_TRIGGERED.get((phase, Trigger.CHILDREN_RELEASED))  # owned children ignored
 
     monkeypatch.setattr(manager_state, "_released", eager)
 

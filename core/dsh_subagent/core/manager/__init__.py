@@ -10,9 +10,11 @@ Theory of operation
    refused)``. ``apply`` looks the pair up (anything else raises ``ILLEGAL_TRANSITION`` and,
    being pure, changes nothing), runs the handler, then applies the edge's ``target``, or its
    ``refused`` phase when the handler answered ``Outcome.REFUSED``. Handlers update fields
-   and emit effects; they never set their own record's phase. Expected refusals (DRAINING,
-   UNAUTHORIZED, ACTIVATION_CLOSING, DUPLICATE_CHILD, PARENT_UNAVAILABLE) are ``Reject``
-   effects; an unpublished start that loses admission is refused to ABSENT (dropped).
+   and emit effects; a handler writing its own record writes it in ``step.entering``, the
+   edge's target (or the record's phase where ``apply`` alone takes the target: the drop
+   and the disposal cutoff), so the record is copied once per event. Expected refusals
+   (DRAINING, UNAUTHORIZED, ACTIVATION_CLOSING, DUPLICATE_CHILD, PARENT_UNAVAILABLE) are
+   ``Reject`` effects; an unpublished start that loses admission is refused to ABSENT.
 3. Residency is derived after every per-child event; a RESIDENT Activation found SETTLED
    opens its disposal in the same step (RES-6), so settle and cutoff cannot part. Entering
    DISPOSING is the disposal cutoff itself: ``open_disposal`` moves the record and its live
@@ -166,7 +168,11 @@ def _reserve(step: Step, record: Activation, event: ChildIdReserved) -> Outcome:
         step.reject(ErrorCode.DRAINING, "admission is closed for this parent")
         return Outcome.REFUSED
     parent = event.parent
-    step.put(attrs.evolve(record, parent_session=parent.session_id, parent_agent=parent))
+    step.put(
+        attrs.evolve(
+            record, phase=step.entering, parent_session=parent.session_id, parent_agent=parent
+        )
+    )
     return Outcome.DONE
 
 
@@ -188,13 +194,13 @@ def _resume_started(step: Step, record: Activation, event: ColdResumeStarted) ->
     if step.draining:
         step.reject(ErrorCode.DRAINING, "the manager is draining")
         return Outcome.REFUSED
-    step.put(attrs.evolve(record, parent_session=event.parent_session))
+    step.put(attrs.evolve(record, phase=step.entering, parent_session=event.parent_session))
     return Outcome.DONE
 
 
 def _lease_acquired(step: Step, record: Activation, event: LeaseAcquired) -> Outcome:
     """A cold resume holds the child's lease at ``epoch`` (LEASE-1)."""
-    step.put(attrs.evolve(record, lease=event.epoch))
+    step.put(attrs.evolve(record, phase=step.entering, lease=event.epoch))
     return Outcome.DONE
 
 
@@ -227,6 +233,7 @@ def _materialized(step: Step, record: Activation, event: ChildMaterialized) -> O
     step.put(
         attrs.evolve(
             record,
+            phase=step.entering,
             agent=event.agent,
             lineage=event.lineage,
             epoch=epoch,
@@ -282,7 +289,9 @@ def _route_live(step: Step, record: Activation, event: FollowupRequested) -> Out
             step.reject(ErrorCode.ACTIVATION_CLOSING, "the parent Activation is being released")
             return Outcome.REFUSED
         step.put(attrs.evolve(owner, owned=owner.owned.set(record.child_id, True)))
-    step.put(attrs.evolve(record, accepted=admit(record.accepted, event.message_id)))
+    step.put(
+        attrs.evolve(record, phase=step.entering, accepted=admit(record.accepted, event.message_id))
+    )
     step.effects.append(SubmitFollowup(step.cause, record.child_id, event.message_id))
     return Outcome.DONE
 
@@ -302,7 +311,11 @@ def _mailbox_live(step: Step, record: Activation, event: MailboxArrived) -> Outc
     it pending in the store for the next Activation (DUR-23).
     """
     if not step.lineage_closing(record.lineage):
-        step.put(attrs.evolve(record, accepted=admit(record.accepted, event.message_id)))
+        step.put(
+            attrs.evolve(
+                record, phase=step.entering, accepted=admit(record.accepted, event.message_id)
+            )
+        )
         step.effects.append(SubmitFollowup(step.cause, record.child_id, event.message_id))
     return Outcome.DONE
 
@@ -316,7 +329,7 @@ def _mailbox_absent(step: Step, record: Activation, event: MailboxArrived) -> Ou
 
 def _accepted(step: Step, record: Activation, event: MessageAccepted) -> Outcome:
     """An accepted delivery: the child is resident and owes a notice (NOTICE-2)."""
-    step.put(attrs.evolve(record, announced=True))
+    step.put(attrs.evolve(record, phase=step.entering, announced=True))
     return Outcome.DONE
 
 
@@ -324,14 +337,18 @@ def _message_left(
     step: Step, record: Activation, event: MessageSendFailed | MessageClaimed | MessageDiscarded
 ) -> Outcome:
     """An accounted id leaves: claimed, discarded, or withdrawn after a failed send (RES-2)."""
-    step.put(attrs.evolve(record, accepted=settle_message(record.accepted, event.message_id)))
+    step.put(
+        attrs.evolve(
+            record, phase=step.entering, accepted=settle_message(record.accepted, event.message_id)
+        )
+    )
     return Outcome.DONE
 
 
 def _status(step: Step, record: Activation, event: AgentBecameIdle | AgentBecameBusy) -> Outcome:
     idle = isinstance(event, AgentBecameIdle)
     status = AgentStatus.IDLE if idle else AgentStatus.RUNNING
-    step.put(attrs.evolve(record, status=status))
+    step.put(attrs.evolve(record, phase=step.entering, status=status))
     return Outcome.DONE
 
 
@@ -340,7 +357,7 @@ def _flush_reported(step: Step, record: Activation, event: FlushReported) -> Out
     report = durability_report(record.child_id, event.outcome)
     if report is not None:
         step.effects.append(ReportDurabilityFailed(step.cause, report))
-    step.put(attrs.evolve(record, durability=report))
+    step.put(attrs.evolve(record, phase=step.entering, durability=report))
     step.effects.append(DisposeHandle(step.cause, record.child_id))
     return Outcome.DONE
 
@@ -510,6 +527,10 @@ def apply(state: ManagerState, event: Event) -> tuple[ManagerState, tuple[Effect
     return step.result()
 
 
+_ENTERED_BY_APPLY: Final = frozenset({Phase.ABSENT, Phase.DISPOSING})
+"""Targets only ``_enter`` applies: the drop and the disposal cutoff (rule 2)."""
+
+
 def _child_event(step: Step, event: ChildEvent) -> None:
     """Look the edge up, run its handler, apply its target, derive residency (rule 2)."""
     record = step.get(event.child_id)
@@ -517,9 +538,11 @@ def _child_event(step: Step, event: ChildEvent) -> None:
     edge = TRANSITIONS.get((phase, type(event)))
     if edge is None:
         raise not_accepted(event, phase.value)
+    target = edge.target
+    step.entering = phase if target is None or target in _ENTERED_BY_APPLY else target
     blank = Activation(event.child_id, Phase.ABSENT, None) if record is None else record
     outcome = Outcome.DONE if edge.handler is None else edge.handler(step, blank, event)
-    target = edge.target if outcome is Outcome.DONE else edge.refused
+    target = target if outcome is Outcome.DONE else edge.refused
     assert target is not None, f"{outcome} is not an outcome of {phase}, {type(event)}"
     record = _enter(step, event.child_id, target)
     if record is not None:

@@ -15,7 +15,8 @@ Theory of operation
    (RES-5, RES-6). A MATERIALIZED record (admission in flight, RES-4) never settles.
 4. ``open_disposal`` is memoized by phase (TEAR-1): it cancels the live subtree top-down in
    one step (TEAR-2 step 4, TEAR-3); ``flush_if_released`` moves a disposing record to its
-   flush once every owned child has been released (TEAR-2 steps 5-7).
+   flush once every owned child has been released (TEAR-2 steps 5-7). A node owning nothing
+   takes both edges in one write.
 5. These derivations change a phase only along ``STATE_TRIGGERED``, the table of
    state-triggered edges; the event edges are ``manager.TRANSITIONS``, applied by ``apply``.
 """
@@ -157,6 +158,8 @@ class Step:
         self.draining = state.draining
         self.cause = cause
         self.effects: list[Effect] = []
+        self.entering = Phase.ABSENT
+        """The phase a per-child handler writes its event's own record in (rule 2)."""
 
     @property
     def records(self) -> PMap[SessionId, Activation]:
@@ -237,26 +240,28 @@ def open_disposal(
         target = STATE_TRIGGERED.get((record.phase, edge))
         if target is None:
             continue  # already disposing: memoized by phase (TEAR-1)
-        record = step.put(attrs.evolve(record, phase=target))
+        released = _released(record, target)
+        step.put(attrs.evolve(record, phase=target if released is None else released))
         step.effects.append(CancelAgent(step.cause, node, CancelKind.PARENT, keep_inbox=False))
-        if _released(step, record):
+        if released is not None:
             flushing.append(node)
     step.effects.extend(FlushSession(step.cause, node) for node in reversed(flushing))
 
 
 def flush_if_released(step: Step, record: Activation) -> None:
     """Once every owned child is released, quiesce and flush (TEAR-2 steps 5-7)."""
-    if _released(step, record):
+    released = _released(record, record.phase)
+    if released is not None:
+        step.put(attrs.evolve(record, phase=released))
         step.effects.append(FlushSession(step.cause, record.child_id))
 
 
-def _released(step: Step, record: Activation) -> bool:
-    """Take the CHILDREN_RELEASED edge if it applies; the caller emits the flush."""
-    target = STATE_TRIGGERED.get((record.phase, Trigger.CHILDREN_RELEASED))
-    if target is None or record.owned:
-        return False
-    step.put(attrs.evolve(record, phase=target))
-    return True
+def _released(record: Activation, phase: Phase) -> Phase | None:
+    """Where the CHILDREN_RELEASED edge leads ``record`` from ``phase``, if it applies.
+
+    The caller writes that phase (one copy with the edge before it) and emits the flush.
+    """
+    return None if record.owned else STATE_TRIGGERED.get((phase, Trigger.CHILDREN_RELEASED))
 
 
 def activation_state_of(state: ManagerState, child_id: SessionId) -> ActivationState | None:
