@@ -38,18 +38,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from dsh_subagent.adapters.continuation_engine import Engine, LiveChild, Routed
 from dsh_subagent.adapters.continuation_support import ChildLocks
-from dsh_subagent.adapters.durability import Accepted, stored
+from dsh_subagent.adapters.durability import Accepted, spliced_ids, stored
 from dsh_subagent.adapters.protocols import Session, SessionMailbox, SessionPersistence
 from dsh_subagent.adapters.signals import Unsubscribe
 from dsh_subagent.adapters.telemetry import fields
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.manager.events import MailboxArrived, MessageAccepted
 from dsh_subagent.core.values import (
-    INBOX_SPLICED,
     Content,
     MessageId,
     MessageSource,
@@ -64,21 +63,6 @@ _log = logging.getLogger("dsh_subagent.adapters.continuation")
 def mailbox_of(persistence: SessionPersistence | None) -> SessionMailbox | None:
     """The persistence's durable mailbox, if it has one (rule 5)."""
     return persistence if isinstance(persistence, SessionMailbox) else None
-
-
-def spliced_ids(events: Sequence[SessionEvent]) -> set[MessageId]:
-    """The ids of every message ever inserted into the inbox of this log (rule 3)."""
-    ids: set[MessageId] = set()
-    for event in events:
-        data = event.data
-        if event.type != INBOX_SPLICED or not isinstance(data, Mapping):
-            continue
-        inserted = data.get("inserted")
-        for message in inserted if isinstance(inserted, Sequence) else ():
-            mid = message.get("id") if isinstance(message, Mapping) else None
-            if isinstance(mid, str):
-                ids.add(MessageId(mid))
-    return ids
 
 
 class Mailbox:
@@ -221,4 +205,4 @@ class Mailbox:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-__all__ = ["Mailbox", "mailbox_of", "spliced_ids"]
+__all__ = ["Mailbox", "mailbox_of"]

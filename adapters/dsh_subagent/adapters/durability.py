@@ -15,18 +15,21 @@ Theory of operation
    carrying the message id: the message was accepted by this process and may still be
    delivered, but it is not known to be in the store. Never a silent success. A store that
    persists nothing (``commit`` answers False) promises nothing (DESIGN decision 1).
+4. ``spliced_ids`` reads which messages a log holds (every id an ``agent/inbox/spliced``
+   inserted): delivery of durable mail is idempotent by it, and a backend removes a
+   mailbox row in the write that stores its id (DUR-24, DUR-25).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping, Sequence
 
 import attrs
 
 from dsh_subagent.adapters.protocols import Session, SessionStore
 from dsh_subagent.core.errors import ErrorCode, SubagentError
-from dsh_subagent.core.values import MessageId, SessionId
+from dsh_subagent.core.values import INBOX_SPLICED, MessageId, SessionEvent, SessionId
 
 
 class DurabilityFailed(SubagentError):
@@ -84,4 +87,19 @@ async def confirm(acceptance: Accepted) -> MessageId:
     return acceptance.message_id
 
 
-__all__ = ["Accepted", "DurabilityFailed", "accepted", "confirm", "stored"]
+def spliced_ids(events: Sequence[SessionEvent]) -> set[MessageId]:
+    """The ids of every message ever inserted into the inbox of this log (rule 4)."""
+    ids: set[MessageId] = set()
+    for event in events:
+        data = event.data
+        if event.type != INBOX_SPLICED or not isinstance(data, Mapping):
+            continue
+        inserted = data.get("inserted")
+        for message in inserted if isinstance(inserted, Sequence) else ():
+            mid = message.get("id") if isinstance(message, Mapping) else None
+            if isinstance(mid, str):
+                ids.add(MessageId(mid))
+    return ids
+
+
+__all__ = ["Accepted", "DurabilityFailed", "accepted", "confirm", "spliced_ids", "stored"]
