@@ -324,8 +324,8 @@ class Creator:
                 held = await self._acquire(persistence, child_id, message_id)
                 if held is not None:
                     return held
-                mail = await self._mailbox.take_over(child_id, record.events)
-                if content is None and not mail:
+                mail, parked = await self._mailbox.take_over(child_id, record)
+                if content is None and not mail and not parked:
                     await self._roll_back(child_id)
                     return None
                 await self._resume(child_id, parent, signal, descriptor, record)
@@ -337,6 +337,8 @@ class Creator:
                     if content is None
                     else self._submit(child_id, content, source, authority, signal)
                 )
+                if parked:  # logged by a holder that died before claiming it (DUR-26)
+                    self._engine.children[child_id].handle.agent.wake()
                 self._mailbox.notice(child_id)  # mail posted since it was read
                 return accepted
             except BaseException:

@@ -30,8 +30,10 @@ Theory of operation
    holds a lease. The persistence also names children with rows whose lease is free (its
    holder released it, let it expire, or died on this host); the pass finds such a child
    absent, the core asks for a resume, and the resume takes the lease, delivers the rows
-   (rule 4) and prunes the ones already logged. Harnesses racing for one orphan are
-   refused by the lease but one; the rest leave it.
+   (rule 4) and prunes the ones already logged. A pruned row still unclaimed in the log
+   (the holder spliced it in and died) is pending in the restored inbox: the resume goes
+   ahead for it and wakes the child, which a delivery would have done. Harnesses racing
+   for one orphan are refused by the lease but one; the rest leave it.
 """
 
 from __future__ import annotations
@@ -42,8 +44,13 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from dsh_subagent.adapters.continuation_engine import Engine, LiveChild, Routed
 from dsh_subagent.adapters.continuation_support import ChildLocks
-from dsh_subagent.adapters.durability import Accepted, spliced_ids, stored
-from dsh_subagent.adapters.protocols import Session, SessionMailbox, SessionPersistence
+from dsh_subagent.adapters.durability import Accepted, spliced_ids, stored, unclaimed_ids
+from dsh_subagent.adapters.protocols import (
+    Session,
+    SessionMailbox,
+    SessionPersistence,
+    SessionRecord,
+)
 from dsh_subagent.adapters.signals import Unsubscribe
 from dsh_subagent.adapters.telemetry import fields
 from dsh_subagent.core.errors import ErrorCode, SubagentError
@@ -52,7 +59,6 @@ from dsh_subagent.core.values import (
     Content,
     MessageId,
     MessageSource,
-    SessionEvent,
     SessionId,
     UserMessage,
 )
@@ -150,18 +156,22 @@ class Mailbox:
     # ------------------------------------------------------------------ delivery (rules 2-4)
 
     async def take_over(
-        self, child_id: SessionId, stored: Sequence[SessionEvent]
-    ) -> list[UserMessage]:
-        """After taking the lease: prune the rows ``stored`` holds, return the rest (rule 4)."""
+        self, child_id: SessionId, record: SessionRecord
+    ) -> tuple[list[UserMessage], bool]:
+        """After taking the lease: prune the rows ``record`` holds, return the rest, and
+        whether a pruned row is still unclaimed in ``record``: its holder logged it and died
+        before claiming it, so the resume must wake the child for it (rules 4, 6)."""
         store = mailbox_of(self._persistence())
         if store is None:
-            return []
+            return [], False
         messages = await store.mailbox(child_id)
-        logged = spliced_ids(stored)
+        logged = spliced_ids(record.events)
         done = [message.id for message in messages if message.id in logged]
         if done:
             await store.prune(child_id, done)
-        return [message for message in messages if message.id not in logged]
+        own = record.events[record.header.seed_length or 0 :]
+        parked = bool(done) and not unclaimed_ids(own).isdisjoint(done)
+        return [message for message in messages if message.id not in logged], parked
 
     def deliver(self, child_id: SessionId, messages: Sequence[UserMessage]) -> Routed | None:
         """Hand every message not yet in the child's log to the core, in order; no await.
