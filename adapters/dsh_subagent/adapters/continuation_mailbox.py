@@ -54,7 +54,7 @@ from dsh_subagent.adapters.protocols import (
 from dsh_subagent.adapters.signals import Unsubscribe
 from dsh_subagent.adapters.telemetry import fields
 from dsh_subagent.core.errors import ErrorCode, SubagentError
-from dsh_subagent.core.manager.events import MailboxArrived, MessageAccepted
+from dsh_subagent.core.manager.events import MailboxArrived
 from dsh_subagent.core.values import (
     Content,
     MessageId,
@@ -183,13 +183,9 @@ class Mailbox:
             if message.id in logged:
                 continue
             engine = self._engine
-            engine.outbox[message.id] = message
-            try:
-                routed = engine.dispatch(MailboxArrived(engine.event_id(), child_id, message.id))
-            finally:
-                engine.outbox.pop(message.id, None)
+            event = MailboxArrived(engine.event_id(), child_id, message.id)
+            routed = engine.route(message, event)
             if routed is Routed.DELIVERED:
-                engine.dispatch(MessageAccepted(engine.event_id(), child_id, message.id))
                 logged.add(message.id)
             elif routed is Routed.RESUME:
                 return routed
