@@ -37,7 +37,7 @@ def test_dur_26_a_crashed_holder_s_mail_is_taken_over_by_the_scan_on_open() -> N
         machine.pair_invariants_hold()
         facts = stored_facts(machine.db)
         assert facts.claimed[posted] == 1
-        assert facts.inserted[posted] == 1  # the row stays until a later taker prunes it
+        assert facts.inserted[posted] == 1  # the row stays until that Activation's release
         machine.recover()
     finally:
         machine.teardown()

@@ -766,6 +766,34 @@ def test_harness_10_inbox_replays_from_the_own_suffix() -> None:
     run(main)
 
 
+def test_dur_26_wake_runs_the_pending_input_of_a_restored_inbox() -> None:
+    """A restored inbox's pending messages stay parked (no insert notification, no turn)
+    until ``wake``, which runs them as a waking send would; with nothing pending it does
+    nothing."""
+
+    async def main() -> None:
+        agent, _ = make_agent()
+        a, b = msg("a"), msg("b")
+        agent.send(a, InboxTarget.NEXT_TURN, False)
+        agent.send(b, InboxTarget.NEXT_TURN, False)
+        model = ScriptedModel([reply("one"), reply("two")])
+        restored = ReferenceAgent(agent.session, model=model)
+        recorder = Recorder(restored)
+        assert restored.status is AgentStatus.IDLE
+        assert restored.pending() == (a.id, b.id)
+        restored.wake()
+        await restored.when_idle()
+        assert recorder.of("inserted") == []
+        assert recorder.of("claimed") == [a.id, b.id]
+        assert user_texts(restored) == ["a", "b"]
+        events = len(restored.session.events)
+        restored.wake()
+        assert restored.status is AgentStatus.IDLE
+        assert len(restored.session.events) == events
+
+    run(main)
+
+
 def test_harness_10_duplicate_pending_id_rejected_before_the_log() -> None:
     agent, _ = make_agent()
     message = msg("a")

@@ -29,6 +29,7 @@ from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import (
     USER_MESSAGE,
     CoordinatorSource,
+    MessageId,
     SessionEvent,
     SessionId,
     text_of,
@@ -63,7 +64,7 @@ async def main():
     await loop.run_in_executor(None, sys.stdin.readline)  # the barrier
     try:
         outcome = "accepted"
-        if mode in ("followup", "live"):
+        if mode in ("followup", "live", "logs"):
             grant = h.manager.user_authority()
             source = CoordinatorSource(SessionId("root"))
             for index in (1, 2):  # one sender's order
@@ -76,6 +77,13 @@ async def main():
     except SubagentError as error:
         outcome = error.code.value
     print(outcome, flush=True)
+    if mode == "logs":  # deliver the mailbox to the held child and store its log; await SIGKILL
+        await loop.run_in_executor(None, sys.stdin.readline)
+        h.manager._mailbox.notice(SessionId("c"))
+        await h.manager.settled()
+        child = h.agents.get(SessionId("c"))
+        await h.store.flush(child.session)
+        print(",".join(child.pending()), flush=True)
     await loop.run_in_executor(None, sys.stdin.readline)  # every outcome is in
     gate.open()
     h.manager._mailbox.notice(SessionId("c"))  # one more delivery pass, then quiet
@@ -259,9 +267,11 @@ def test_dur_26_a_killed_holder_s_mail_is_delivered_without_a_followup(tmp_path:
 
         def created(agent: object) -> None:
             if getattr(agent, "id", None) == CHILD:
-                agent.inserted.subscribe(inserted)  # type: ignore[attr-defined]
+                # Claimed, not inserted: mail the holder logged before the kill comes back
+                # pending in the restored inbox, with no insert notification.
+                agent.claimed.subscribe(claimed)  # type: ignore[attr-defined]
 
-        def inserted(note: InboxNotification) -> None:
+        def claimed(note: InboxNotification) -> None:
             seen.append(text_of(note.message.content[:1]))
             if len([t for t in seen if t.startswith("p")]) == 3:
                 delivered.set()
@@ -295,6 +305,70 @@ def test_dur_26_a_killed_holder_s_mail_is_delivered_without_a_followup(tmp_path:
             holder.kill()
             holder.wait()
     assert [t for t in texts if t.startswith("p")] == ["p0", "p1", "p2"]
+
+
+@pytest.mark.parametrize("logged", [3, 1])
+def test_dur_26_mail_a_killed_holder_logged_unclaimed_is_run_by_the_taker(
+    tmp_path: Path, logged: int
+) -> None:
+    """The holder read ``logged`` of three posted follow-ups, spliced them into its child's
+    inbox and stored that log, then was SIGKILLed before its child claimed any. A logged
+    row is not new to a taker (it prunes it), yet the watching harness must take the child
+    over and run it: restored as pending (no ``inserted`` for it), then claimed. Probes are
+    driven by hand (the poll interval is an hour), so this order is fixed."""
+    path = str(tmp_path / "sessions.db")
+    _cold_child(path)
+    holder = _spawn(path, "logs", "h")
+
+    async def main() -> tuple[list[str], list[str], list[MessageId]]:
+        db = await SqlitePersistence.open(path, mailbox_poll=3600)
+        watcher = Harness(db, ids="watcher")
+        claimed: list[str] = []
+
+        def created(agent: object) -> None:
+            if getattr(agent, "id", None) == CHILD:
+                agent.claimed.subscribe(  # type: ignore[attr-defined]
+                    lambda note: claimed.append(text_of(note.message.content[:1]))
+                )
+
+        watcher.agents.created.subscribe(created)
+        grant = watcher.manager.user_authority()
+        source = CoordinatorSource(SessionId("root"))
+
+        async def post(index: int) -> MessageId:
+            return await watcher.manager.followup(CHILD, text(f"p{index}"), grant, source=source)
+
+        try:
+            assert _line(holder) == "ready"
+            _send(holder)
+            assert _line(holder) == "live"
+            ids = [await post(index) for index in range(logged)]
+            _send(holder)  # deliver and store
+            assert set(ids) <= set(_line(holder).split(","))  # pending in the stored log
+            ids += [await post(index) for index in range(logged, 3)]
+            assert watcher.manager.activation_state(CHILD) is None  # posted, held elsewhere
+            holder.send_signal(signal.SIGKILL)
+            holder.wait()
+            watcher.manager.watch_mailbox()
+            assert await db.probe_mailbox() == [CHILD]  # an orphan: its holder is gone
+            await watcher.quiet()
+            await watcher.manager.drain()
+            record = await db.inspect(CHILD)
+            assert open_turn(CHILD, record.events) is None
+            left = [m.id for m in await db.mailbox(CHILD)]
+            return _user_texts(record.events), claimed, left
+        finally:
+            await db.close()
+
+    try:
+        texts, claimed, left = run_value(main())
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert [t for t in texts if t.startswith("p")] == ["p0", "p1", "p2"]  # each claimed once
+    assert [t for t in claimed if t.startswith("p")] == ["p0", "p1", "p2"]  # by the taker
+    assert left == []  # pruned by the taker, or removed by its release
 
 
 def test_lease_4_two_processes_starting_one_new_id_one_is_duplicate(where: str) -> None:

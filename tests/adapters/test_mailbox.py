@@ -157,3 +157,103 @@ def test_dur_23_no_mailbox_pass_runs_after_a_whole_drain(
     with caplog.at_level("WARNING", logger="dsh_subagent.adapters.continuation"):
         run(main)
     assert not [r for r in caplog.records if "mailbox delivery" in r.getMessage()]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dur_25_delivered_mail_leaves_the_mailbox_when_its_holder_releases_the_child(
+    where: str, backend: str
+) -> None:
+    """Ten follow-ups posted from another harness and delivered by the holder stay in the
+    mailbox while the holder lives (if it died, the orphan scan would resume the child for
+    them, DUR-26); the holder's release of the child removes them, with no later taker to
+    prune them, so the mailbox does not grow with the mail delivered."""
+
+    async def main() -> None:
+        a, b = await _stores(backend, where)
+        one, two = Harness(a, ids="one"), Harness(b, ids="two")
+        root = await one.root()
+        gate = Gate()
+        one.script("c", Gated(gate, reply("working")))
+        child = await one.start(root, "c")
+        await one.store.flush(child.session)
+        arrived: list[MessageId] = []
+        ten = asyncio.Event()
+
+        def on_inserted(note: InboxNotification) -> None:
+            arrived.append(note.message.id)
+            if len(arrived) == 10:
+                ten.set()
+
+        child.inserted.subscribe(on_inserted)
+        grant = two.manager.user_authority()
+        source = CoordinatorSource(root.id)
+        ids = [
+            await two.manager.followup(CHILD, text(f"m{index}"), grant, source=source)
+            for index in range(10)
+        ]
+        assert len(await b.mailbox(CHILD)) > 0  # posted, not delivered yet
+        await asyncio.wait_for(ten.wait(), 30)
+        assert arrived == ids
+        await one.store.flush(child.session)
+        assert [m.id for m in await b.mailbox(CHILD)] == ids  # logged, the holder alive
+        gate.open()
+        await one.quiet()
+        await one.quiet_child("c")
+        assert [m.id for m in user_messages(child) if m.id in ids] == ids  # exactly once
+        await one.manager.drain()
+        assert one.manager.activation_state(CHILD) is None
+        assert await b.mailbox(CHILD) == []
+        await a.close()
+        await b.close()
+
+    run(main)
+
+
+def test_dur_26_a_probe_reads_only_the_mailbox_rows_after_the_last_it_saw(tmp_path: Path) -> None:
+    """The SQLite probe's scan of new rows is a range of the primary key, not a scan of
+    the table or its index; and a mailbox written before its seq was ``AUTOINCREMENT`` is
+    rebuilt at open with its rows, so the seq of a removed last row is never given again."""
+    import sqlite3
+
+    from dsh_subagent.adapters.reference import sqlite_persistence
+    from dsh_subagent.adapters.reference.persistence import encode_mail
+
+    path = tmp_path / "s.db"
+
+    async def make() -> None:
+        await (await SqlitePersistence.open(path)).close()
+
+    run(make)
+    raw = sqlite3.connect(path, isolation_level=None)
+    plan = raw.execute(f"EXPLAIN QUERY PLAN {sqlite_persistence._MAIL_AFTER}", (0,)).fetchall()
+    assert [row[3] for row in plan] == ["SEARCH mailbox USING INTEGER PRIMARY KEY (rowid>?)"]
+    raw.execute("DROP TABLE mailbox")  # the table as the previous code created it
+    raw.execute(
+        """CREATE TABLE mailbox (seq INTEGER PRIMARY KEY, session_id TEXT NOT NULL,
+        message_id TEXT NOT NULL, sender TEXT NOT NULL, content TEXT NOT NULL,
+        created_at REAL NOT NULL, UNIQUE (session_id, message_id)) STRICT"""
+    )
+    message = UserMessage(MessageId("m1"), text("hi"), CoordinatorSource(SessionId("r")))
+    raw.execute("INSERT INTO mailbox VALUES (7, 'c', ?, ?, ?, 0)", encode_mail(message))
+    raw.close()
+
+    async def main() -> None:
+        store = await SqlitePersistence.open(path)
+        try:
+            assert await store.mailbox(CHILD) == [message]
+            await store.prune(CHILD, [message.id])
+        finally:
+            await store.close()
+
+    run(main)
+    raw = sqlite3.connect(path, isolation_level=None)
+    try:
+        (sql,) = raw.execute("SELECT sql FROM sqlite_master WHERE name = 'mailbox'").fetchone()
+        assert "AUTOINCREMENT" in sql
+        assert raw.execute("SELECT seq FROM sqlite_sequence WHERE name = 'mailbox'").fetchone() == (
+            7,
+        )
+        index = "SELECT 1 FROM sqlite_master WHERE name = 'mailbox_by_session'"
+        assert raw.execute(index).fetchone() == (1,)
+    finally:
+        raw.close()

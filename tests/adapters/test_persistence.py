@@ -921,7 +921,15 @@ def test_harness_23_sqlite_schema_wal_and_version(tmp_path: Path) -> None:
     assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     assert conn.execute("PRAGMA user_version").fetchone() == (1,)
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert tables == {"sessions", "events", "projection_cache", "leases", "mailbox"}
+    # sqlite_sequence is SQLite's own: the mailbox's seq is AUTOINCREMENT (never reused).
+    assert tables == {
+        "sessions",
+        "events",
+        "projection_cache",
+        "leases",
+        "mailbox",
+        "sqlite_sequence",
+    }
     header = conn.execute("SELECT header FROM sessions").fetchone()[0]
     assert header == '{"version":1,"id":"s1","createdAt":1000.0}'
     assert conn.execute("SELECT type, seq, time, data FROM events").fetchall() == [

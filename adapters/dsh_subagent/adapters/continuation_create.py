@@ -126,6 +126,7 @@ from dsh_subagent.core.values import (
     SessionEvent,
     SessionId,
     ToolFilter,
+    UserMessage,
 )
 from dsh_subagent.core.wire import needs_end_seed
 
@@ -325,8 +326,11 @@ class Creator:
                 if isinstance(lease, PostToMailbox):
                     return lease
                 # The grant saw no row: nothing to read (one posted since: the notice below).
-                mail = await self._mailbox.take_over(child_id, record.events) if lease.mail else []
-                if content is None and not mail:
+                mail: list[UserMessage] = []
+                parked = False
+                if lease.mail:
+                    mail, parked = await self._mailbox.take_over(child_id, record)
+                if content is None and not mail and not parked:
                     await self._roll_back(child_id)
                     return None
                 await self._resume(child_id, parent, signal, descriptor, record)
@@ -338,6 +342,8 @@ class Creator:
                     if content is None
                     else self._submit(child_id, content, source, authority, signal)
                 )
+                if parked:  # logged by a holder that died before claiming it (DUR-26)
+                    self._engine.children[child_id].handle.agent.wake()
                 self._mailbox.notice(child_id)  # mail posted since it was read
                 return accepted
             except BaseException:

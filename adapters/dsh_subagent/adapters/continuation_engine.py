@@ -100,6 +100,7 @@ from dsh_subagent.core.manager.events import (
     Event,
     FlushReported,
     FollowupRequested,
+    MailboxArrived,
     MessageAccepted,
     MessageClaimed,
     MessageDiscarded,
@@ -277,18 +278,26 @@ class Engine:
         Returns the acceptance, or what the requester must do instead (CONT-14, CONT-15).
         """
         message = UserMessage(self.message_id(), content, source)
-        self.outbox[message.id] = message
-        try:
-            event = FollowupRequested(self.event_id(), child_id, message.id, authority())
-            routed = self.dispatch(event)
-        finally:
-            self.outbox.pop(message.id, None)
+        event = FollowupRequested(self.event_id(), child_id, message.id, authority())
+        routed = self.route(message, event)
         assert isinstance(routed, Routed)
         self.tracing.routed(child_id, routed.value)
         if routed is Routed.DELIVERED:
-            self.dispatch(MessageAccepted(self.event_id(), child_id, message.id))
             session = self.children[child_id].handle.agent.session
             return accepted(self.sessions, session, message.id)
+        return routed
+
+    def route(self, message: UserMessage, event: FollowupRequested | MailboxArrived) -> Handback:
+        """Offer ``message`` to the core (a follow-up, or durable mail arrived): it waits in
+        the outbox for the dispatch alone, and a delivery is reported accepted (CONT-16,
+        DUR-22). No await."""
+        self.outbox[message.id] = message
+        try:
+            routed = self.dispatch(event)
+        finally:
+            self.outbox.pop(message.id, None)
+        if routed is Routed.DELIVERED:
+            self.dispatch(MessageAccepted(self.event_id(), event.child_id, message.id))
         return routed
 
     def drain(self, event: DrainRequested) -> list[asyncio.Future[SubagentError | None]]:

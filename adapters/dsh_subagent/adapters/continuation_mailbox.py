@@ -35,8 +35,10 @@ Theory of operation
    holds a lease. The persistence also names children with rows whose lease is free (its
    holder released it, let it expire, or died on this host); the pass finds such a child
    absent, the core asks for a resume, and the resume takes the lease, delivers the rows
-   (rule 4) and prunes the ones already logged. Harnesses racing for one orphan are
-   refused by the lease but one; the rest leave it.
+   (rule 4) and prunes the ones already logged. A pruned row still unclaimed in the log
+   (the holder spliced it in and died) is pending in the restored inbox: the resume goes
+   ahead for it and wakes the child, which a delivery would have done. Harnesses racing
+   for one orphan are refused by the lease but one; the rest leave it.
 7. A whole drain closes the mailbox: no pass starts after it begins, and the drain waits
    for the passes already running, so none reads the store after the harness closed it
    (the core would leave the mail pending anyway; the next taker delivers it).
@@ -46,22 +48,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from dsh_subagent.adapters.continuation_engine import Engine, LiveChild, Routed
 from dsh_subagent.adapters.continuation_support import ChildLocks
-from dsh_subagent.adapters.durability import Accepted, stored
-from dsh_subagent.adapters.protocols import Session, SessionMailbox, SessionPersistence
+from dsh_subagent.adapters.durability import Accepted, spliced_ids, stored, unclaimed_ids
+from dsh_subagent.adapters.protocols import (
+    Session,
+    SessionMailbox,
+    SessionPersistence,
+    SessionRecord,
+)
 from dsh_subagent.adapters.signals import Unsubscribe
 from dsh_subagent.adapters.telemetry import fields
 from dsh_subagent.core.errors import ErrorCode, SubagentError
-from dsh_subagent.core.manager.events import MailboxArrived, MessageAccepted
+from dsh_subagent.core.manager.events import MailboxArrived
 from dsh_subagent.core.values import (
-    INBOX_SPLICED,
     Content,
     MessageId,
     MessageSource,
-    SessionEvent,
     SessionId,
     UserMessage,
 )
@@ -72,21 +77,6 @@ _log = logging.getLogger("dsh_subagent.adapters.continuation")
 def mailbox_of(persistence: SessionPersistence | None) -> SessionMailbox | None:
     """The persistence's durable mailbox, if it has one (rule 5)."""
     return persistence if isinstance(persistence, SessionMailbox) else None
-
-
-def spliced_ids(events: Sequence[SessionEvent]) -> set[MessageId]:
-    """The ids of every message ever inserted into the inbox of this log (rule 3)."""
-    ids: set[MessageId] = set()
-    for event in events:
-        data = event.data
-        if event.type != INBOX_SPLICED or not isinstance(data, Mapping):
-            continue
-        inserted = data.get("inserted")
-        for message in inserted if isinstance(inserted, Sequence) else ():
-            mid = message.get("id") if isinstance(message, Mapping) else None
-            if isinstance(mid, str):
-                ids.add(MessageId(mid))
-    return ids
 
 
 class Mailbox:
@@ -181,18 +171,22 @@ class Mailbox:
     # ------------------------------------------------------------------ delivery (rules 2-4)
 
     async def take_over(
-        self, child_id: SessionId, stored: Sequence[SessionEvent]
-    ) -> list[UserMessage]:
-        """After taking the lease: prune the rows ``stored`` holds, return the rest (rule 4)."""
+        self, child_id: SessionId, record: SessionRecord
+    ) -> tuple[list[UserMessage], bool]:
+        """After taking the lease: prune the rows ``record`` holds, return the rest, and
+        whether a pruned row is still unclaimed in ``record``: its holder logged it and died
+        before claiming it, so the resume must wake the child for it (rules 4, 6)."""
         store = mailbox_of(self._persistence())
         if store is None:
-            return []
+            return [], False
         messages = await store.mailbox(child_id)
-        logged = spliced_ids(stored)
+        logged = spliced_ids(record.events)
         done = [message.id for message in messages if message.id in logged]
         if done:
             await store.prune(child_id, done)
-        return [message for message in messages if message.id not in logged]
+        own = record.events[record.header.seed_length or 0 :]
+        parked = bool(done) and not unclaimed_ids(own).isdisjoint(done)
+        return [message for message in messages if message.id not in logged], parked
 
     def deliver(self, child_id: SessionId, messages: Sequence[UserMessage]) -> Routed | None:
         """Hand every message not yet in the child's log to the core, in order; no await.
@@ -204,13 +198,9 @@ class Mailbox:
             if message.id in logged:
                 continue
             engine = self._engine
-            engine.outbox[message.id] = message
-            try:
-                routed = engine.dispatch(MailboxArrived(engine.event_id(), child_id, message.id))
-            finally:
-                engine.outbox.pop(message.id, None)
+            event = MailboxArrived(engine.event_id(), child_id, message.id)
+            routed = engine.route(message, event)
             if routed is Routed.DELIVERED:
-                engine.dispatch(MessageAccepted(engine.event_id(), child_id, message.id))
                 logged.add(message.id)
             elif routed is Routed.RESUME:
                 return routed
@@ -240,4 +230,4 @@ class Mailbox:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-__all__ = ["Mailbox", "mailbox_of", "spliced_ids"]
+__all__ = ["Mailbox", "mailbox_of"]

@@ -15,18 +15,23 @@ Theory of operation
    carrying the message id: the message was accepted by this process and may still be
    delivered, but it is not known to be in the store. Never a silent success. A store that
    persists nothing (``commit`` answers False) promises nothing (DESIGN decision 1).
+4. ``spliced_ids`` reads which messages a log holds (every id an ``agent/inbox/spliced``
+   inserted): delivery of durable mail is idempotent by it, and a holder's release removes
+   the mailbox rows it read and logged (DUR-24, DUR-25). ``unclaimed_ids`` reads
+   which of them are still pending there (a holder died after logging mail it had not
+   claimed yet, DUR-26).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping, Sequence
 
 import attrs
 
 from dsh_subagent.adapters.protocols import Session, SessionStore
 from dsh_subagent.core.errors import ErrorCode, SubagentError
-from dsh_subagent.core.values import MessageId, SessionId
+from dsh_subagent.core.values import INBOX_SPLICED, MessageId, SessionEvent, SessionId
 
 
 class DurabilityFailed(SubagentError):
@@ -84,4 +89,49 @@ async def confirm(acceptance: Accepted) -> MessageId:
     return acceptance.message_id
 
 
-__all__ = ["Accepted", "DurabilityFailed", "accepted", "confirm", "stored"]
+def _inserted_ids(data: Mapping[str, object]) -> list[MessageId]:
+    """The ids one ``agent/inbox/spliced`` payload inserts, in order."""
+    inserted = data.get("inserted")
+    ids: list[MessageId] = []
+    for message in inserted if isinstance(inserted, Sequence) else ():
+        mid = message.get("id") if isinstance(message, Mapping) else None
+        if isinstance(mid, str):
+            ids.append(MessageId(mid))
+    return ids
+
+
+def spliced_ids(events: Sequence[SessionEvent]) -> set[MessageId]:
+    """The ids of every message ever inserted into the inbox of this log (rule 4)."""
+    ids: set[MessageId] = set()
+    for event in events:
+        data = event.data
+        if event.type == INBOX_SPLICED and isinstance(data, Mapping):
+            ids.update(_inserted_ids(data))
+    return ids
+
+
+def unclaimed_ids(events: Sequence[SessionEvent]) -> set[MessageId]:
+    """The ids still pending in the inbox at the end of this own suffix of a log: inserted
+    and neither claimed nor cancelled since (rule 4). Only ids; the log was validated when
+    it was stored, and a resume checks it again."""
+    lists: dict[object, list[MessageId]] = {}
+    for event in events:
+        data = event.data
+        if event.type != INBOX_SPLICED or not isinstance(data, Mapping):
+            continue
+        start, removed = data.get("start"), data.get("removedCount", 0)
+        if isinstance(start, int) and isinstance(removed, int):
+            pending = lists.setdefault(data.get("target"), [])
+            pending[start : start + removed] = _inserted_ids(data)
+    return {mid for pending in lists.values() for mid in pending}
+
+
+__all__ = [
+    "Accepted",
+    "DurabilityFailed",
+    "accepted",
+    "confirm",
+    "spliced_ids",
+    "stored",
+    "unclaimed_ids",
+]

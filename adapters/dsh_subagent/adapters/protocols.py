@@ -375,6 +375,11 @@ class Agent(Protocol):
         """``send(m, next-turn, wake)`` (HARNESS-4)."""
         ...
 
+    def wake(self) -> None:
+        """Wake for the input already pending, as a waking send would but with no new
+        message: the unclaimed work of a restored inbox runs (DUR-26). Nothing if none."""
+        ...
+
     def steer(self, message: UserMessage) -> None:
         """``send(m, next-step, wake)`` (HARNESS-4)."""
         ...

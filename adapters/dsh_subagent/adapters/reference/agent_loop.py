@@ -465,6 +465,10 @@ class ReferenceAgent:
     def inject(self, message: UserMessage) -> None:
         self.send(message, InboxTarget.NEXT_STEP, False)
 
+    def wake(self) -> None:
+        """Wake for what is pending, as a replayed wake does (DUR-26)."""
+        self._perform(ReplayWake(), None)
+
     def remove(self, message_id: MessageId) -> bool:
         """Durably cancel one pending message; False if it is no longer pending (HARNESS-10)."""
         target = self._inbox.target_of(message_id)

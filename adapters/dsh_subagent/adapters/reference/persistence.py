@@ -42,7 +42,10 @@ Theory of operation
    atomic step as the insert) and returns once it is committed; when no other live holder
    has it, nothing is written and the caller takes the lease itself. Rows keep the
    message's id, sender and content and an acceptance order; ``mailbox`` reads a child's
-   rows in that order, ``prune`` (a fenced write) removes rows whose ids its log holds.
+   rows in that order. Releasing a child's lease removes, in the same atomic step, the
+   rows this backend read and then logged (``ReadMail``): the mailbox outlives an
+   Activation only by the mail it never logged, or by the whole of a holder that died;
+   ``prune`` (a fenced write) removes rows whose ids a taker's loaded log already holds.
    ``watch_mailbox`` tells the holder that rows may be pending (in memory: at once, from
    ``post``; SQLite: a ``PRAGMA data_version`` poll). Exactly once is the reader's: an id
    already spliced into the child's log is skipped (``continuation_mailbox``).
@@ -58,12 +61,13 @@ import os
 import socket
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Final, NoReturn, TypeAlias
 
 import attrs
 
 from dsh_subagent.adapters.clock import epoch_ms
+from dsh_subagent.adapters.durability import spliced_ids
 from dsh_subagent.adapters.frozen_json import freeze_checked, is_certified
 from dsh_subagent.adapters.protocols import (
     CachedProjection,
@@ -603,6 +607,46 @@ def require_ids(message_ids: object) -> builtins.list[str]:
     ]
 
 
+class ReadMail:
+    """Per child, the mailbox ids a backend read and, of those, the ids its writes logged
+    (spliced into the child's log). Releasing the child's lease removes the logged rows in
+    the release's own atomic step (rule 9): by then the Activation claimed them or
+    discarded them durably (DUR-4), while a holder that dies first leaves them for the
+    orphan scan (DUR-26). Only mail read here costs a delete."""
+
+    def __init__(self) -> None:
+        self._read: dict[SessionId, set[str]] = {}
+        self._logged: dict[SessionId, set[str]] = {}
+
+    def saw(self, session_id: SessionId, messages: Sequence[UserMessage]) -> None:
+        """``messages`` are the child's rows now."""
+        if messages:
+            self._read[session_id] = {message.id for message in messages}
+        else:
+            self._read.pop(session_id, None)
+
+    def wrote(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
+        """These events are stored: the read ids they splice in are logged."""
+        read = self._read.get(session_id)
+        if read:
+            logged = [mid for mid in spliced_ids(events) if mid in read]
+            if logged:
+                self._logged.setdefault(session_id, set()).update(logged)
+
+    def logged(self, session_id: SessionId) -> builtins.list[str]:
+        """The rows a release of the child's lease removes."""
+        return sorted(self._logged.get(session_id, ()))
+
+    def removed(self, session_id: SessionId, message_ids: Sequence[str]) -> None:
+        """These rows are gone (or another holder has the child): forget them."""
+        for ids in (self._read, self._logged):
+            kept = ids.get(session_id)
+            if kept is not None and message_ids:
+                kept.difference_update(message_ids)
+                if not kept:
+                    del ids[session_id]
+
+
 # --------------------------------------------------------------------------- in-memory backend
 
 
@@ -632,6 +676,7 @@ class InMemoryPersistence(ListsHeaders):
         self._order = [0]  # the acceptance counter, shared with peers
         #: Mailbox listeners by lease owner, shared with peers: ``post`` tells the holder.
         self._watchers: dict[str, builtins.list[MailboxListener]] = {}
+        self._read = ReadMail()  # releasing a lease removes the rows logged here
 
     def peer(self) -> InMemoryPersistence:
         """Another backend, with its own lease owner, over this one's storage."""
@@ -660,7 +705,9 @@ class InMemoryPersistence(ListsHeaders):
         """The child's mailbox messages, in acceptance order (rule 9)."""
         self._open()
         sid = require_session_id(session_id)
-        return decode_mail(sid, self._mail.get(sid, ()))
+        messages = decode_mail(sid, self._mail.get(sid, ()))
+        self._read.saw(sid, messages)
+        return messages
 
     async def prune(self, session_id: SessionId, message_ids: Sequence[MessageId]) -> None:
         """Remove these mailbox rows (their messages are in the log); a fenced write."""
@@ -670,11 +717,16 @@ class InMemoryPersistence(ListsHeaders):
         if not gone or sid not in self._mail:
             return
         self._fence(sid)
-        kept = [row for row in self._mail[sid] if row[1] not in gone]
+        self._remove_mail(sid, gone)
+
+    def _remove_mail(self, session_id: SessionId, gone: Collection[str]) -> None:
+        self._read.removed(session_id, builtins.list(gone))
+        rows = self._mail.get(session_id, ())
+        kept = [row for row in rows if row[1] not in gone]
         if kept:
-            self._mail[sid] = kept
+            self._mail[session_id] = kept
         else:
-            del self._mail[sid]
+            self._mail.pop(session_id, None)
 
     def watch_mailbox(self, listener: MailboxListener) -> Unsubscribe:
         """Call ``listener(child_id)`` when a message is posted for a child held here."""
@@ -727,8 +779,11 @@ class InMemoryPersistence(ListsHeaders):
         if self._held.get(lease.session_id) == lease:
             del self._held[lease.session_id]
         row = self._leases.get(lease.session_id)
+        logged = self._read.logged(lease.session_id)
         if row is not None and row.owner == lease.owner and row.epoch == lease.epoch:
             self._leases[lease.session_id] = attrs.evolve(row, owner=None)
+            self._remove_mail(lease.session_id, logged)
+        self._read.removed(lease.session_id, logged)
 
     async def heartbeat(self) -> None:
         """Renew every lease this backend holds (LEASE-5)."""
@@ -788,6 +843,7 @@ class InMemoryPersistence(ListsHeaders):
             raise session_exists(header.id)
         self._fence(header.id)
         self._sessions[header.id] = _Stored(text, rows)
+        self._read.wrote(header.id, events)
 
     async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
         """Append events that continue the stored log exactly."""
@@ -798,6 +854,7 @@ class InMemoryPersistence(ListsHeaders):
         require_continues(rows, len(stored.rows))
         self._fence(sid)
         stored.rows.extend(rows)
+        self._read.wrote(sid, events)
 
     async def close(self) -> None:
         """Release every held lease and the backend; later calls raise

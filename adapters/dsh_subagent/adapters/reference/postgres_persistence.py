@@ -31,11 +31,13 @@ Theory of operation
    the row only once it is committed. The listener names the child to the watchers when
    the notice is for this backend's owner and it still holds the child. After every
    (re)connect it sweeps the held children's mailboxes once, so a notice missed while the
-   connection was down is not lost.
+   connection was down is not lost. A ``release`` deletes, in its transaction, the rows this
+   backend read and then logged (``ReadMail``).
 7. Orphans (PG-7): every ``lease_ttl / 3`` seconds a watching backend claims children
    whose mailbox has rows while their lease is free or expired (``FOR UPDATE SKIP
-   LOCKED``: concurrent workers split them) and names them to its watchers, which resume
-   them through a normal lease grant. So mail for a child whose holder died is delivered
+   LOCKED``: concurrent workers split them; found from the mailbox, so bounded by the
+   undelivered mail, not by every lease ever held) and names them to its watchers, which
+   resume them through a normal lease grant. So mail for a child whose holder died is delivered
    after expiry even if nobody follows it up again.
 8. Commits: each write is its own transaction on a pooled connection; concurrent commits
    share PostgreSQL's WAL flushes, so acceptances do not cost one fsync each (DUR-3).
@@ -71,6 +73,7 @@ from dsh_subagent.adapters.reference.persistence import (
     ListsHeaders,
     MailboxListener,
     MailRow,
+    ReadMail,
     check_header,
     closed_error,
     decode_events,
@@ -299,6 +302,15 @@ async def _read_record(conn: Conn, session_id: SessionId, *, lock: bool = False)
     return SessionRecord(header, decode_events(session_id, rows))
 
 
+async def _delete_mail(conn: Conn, session_id: str, message_ids: Sequence[str]) -> None:
+    """Remove these mailbox rows of the child (delivered, or pruned)."""
+    if message_ids:
+        await conn.execute(
+            "DELETE FROM mailbox WHERE session_id = %s AND message_id = ANY(%s)",
+            (session_id, builtins.list(message_ids)),
+        )
+
+
 class PostgresPersistence(ListsHeaders):
     """Durable session storage in one PostgreSQL database; ``await open(address)``."""
 
@@ -325,6 +337,7 @@ class PostgresPersistence(ListsHeaders):
         self._heartbeat: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._watchers: list[MailboxListener] = []
+        self._read = ReadMail()  # releasing a lease removes the rows logged here
 
     @classmethod
     async def open(
@@ -492,6 +505,7 @@ class PostgresPersistence(ListsHeaders):
             if await cur.fetchone() is None:  # created concurrently, after the check
                 raise session_exists(sid)
             await self._insert_events(conn, sid, rows, epoch)
+        self._read.wrote(sid, events)
 
     async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
         """Append events that continue the stored log exactly."""
@@ -504,6 +518,7 @@ class PostgresPersistence(ListsHeaders):
             require_continues(rows, await _revision(conn, sid))
             epoch = await self._fence(conn, sid)
             await self._insert_events(conn, sid, rows, epoch)
+        self._read.wrote(sid, events)
 
     async def cached_snapshot(self, header: SessionHeader) -> CachedProjection | None:
         """The cached values for this exact session lifecycle, or ``None``."""
@@ -608,6 +623,7 @@ class PostgresPersistence(ListsHeaders):
         lease = require_lease(lease)
         if self._held.get(lease.session_id) == lease:
             del self._held[lease.session_id]
+        logged = self._read.logged(lease.session_id)
         async with self._transaction(lease.session_id) as conn:
             cur = await conn.execute(
                 """UPDATE leases SET owner = NULL
@@ -616,6 +632,8 @@ class PostgresPersistence(ListsHeaders):
             )
             if cur.rowcount == 1:
                 await self._audit(conn, lease.session_id, lease.epoch, "release")
+                await _delete_mail(conn, lease.session_id, logged)  # its logged mail is done
+        self._read.removed(lease.session_id, logged)
 
     async def heartbeat(self) -> None:
         """Renew every lease this backend holds (LEASE-5); a lost one stays lost."""
@@ -675,7 +693,9 @@ class PostgresPersistence(ListsHeaders):
                 (int(str(seq)), str(mid), str(sender), str(content))
                 for seq, mid, sender, content in await cur.fetchall()
             ]
-        return decode_mail(sid, rows)
+        messages = decode_mail(sid, rows)
+        self._read.saw(sid, messages)
+        return messages
 
     async def prune(self, session_id: SessionId, message_ids: Sequence[MessageId]) -> None:
         """Remove these mailbox rows (their messages are in the log); a fenced write."""
@@ -687,18 +707,18 @@ class PostgresPersistence(ListsHeaders):
             return
         async with self._transaction(sid) as conn:
             await self._fence(conn, sid)
-            await conn.execute(
-                "DELETE FROM mailbox WHERE session_id = %s AND message_id = ANY(%s)", (sid, ids)
-            )
+            await _delete_mail(conn, sid, ids)
+        self._read.removed(sid, ids)
 
     async def orphans(self, limit: int = 16) -> builtins.list[SessionId]:
         """Children with mailbox rows whose lease is free or expired (rule 7); concurrent
         callers skip each other's rows (``FOR UPDATE SKIP LOCKED``)."""
         async with self._transaction() as conn:
+            # Driven by the mailbox (only undelivered mail), never by every lease ever held.
             cur = await conn.execute(
                 """SELECT session_id FROM leases
-                WHERE (owner IS NULL OR expires_at <= %s)
-                AND EXISTS (SELECT 1 FROM mailbox WHERE mailbox.session_id = leases.session_id)
+                WHERE session_id IN (SELECT session_id FROM mailbox)
+                AND (owner IS NULL OR expires_at <= %s)
                 ORDER BY session_id LIMIT %s FOR UPDATE SKIP LOCKED""",
                 (self._clock(), limit),
             )

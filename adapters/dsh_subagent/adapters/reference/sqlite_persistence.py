@@ -47,16 +47,21 @@ Theory of operation
    and the WAL is one ordered file, so the next fsync'd commit (the first log write the
    grant fences, any acceptance) makes them durable too. Power loss can only undo a grant
    under which nothing durable was written, or a release, whose lease then expires.
-10. The durable mailbox (``persistence`` rule 9): ``mailbox(seq integer primary key,
-   session_id, message_id, sender, content, created_at)``, created if absent on open like
-   ``leases``; ``seq`` is the acceptance order. ``post`` decides and inserts inside one
-   ``BEGIN IMMEDIATE``. Once anything watches (``watch_mailbox``), a poll task runs
-   ``PRAGMA data_version`` on the connection's thread every ``mailbox_poll`` seconds
-   (``probe_mailbox`` is one probe): the number changes only when another connection
-   committed, and only then is the mailbox asked which children have rows. Those held here
-   are named to the watchers, and so are orphans, whose lease is free (DUR-26); the rows
-   held by another live owner are remembered, and named once that lease frees without a
-   write (it expires, or its pid is gone on this host).
+10. The durable mailbox (``persistence`` rule 9): ``mailbox(seq integer primary key
+   autoincrement, session_id, message_id, sender, content, created_at)``, created if absent
+   on open like ``leases`` (a table of an older store, whose seq could be given again after
+   its last row was removed, is rebuilt with its rows); ``seq`` is the acceptance order.
+   ``post`` decides and inserts inside one ``BEGIN IMMEDIATE``. A ``release`` deletes, in
+   its transaction, the rows this backend read and then logged (``ReadMail``), so the
+   table keeps only mail no released Activation logged. Once anything watches
+   (``watch_mailbox``), a poll task runs ``PRAGMA data_version`` on the connection's
+   thread every ``mailbox_poll`` seconds (``probe_mailbox`` is one probe): the number
+   changes only when another connection committed, and only then does the probe read the
+   rows after the last seq it saw (a range of the primary key) and look again at the
+   children it saw with rows. Those held here are named to the watchers, and so are
+   orphans, whose lease is free (DUR-26); the rows held by another live owner are
+   remembered, and named once that lease frees without a write (it expires, or its pid is
+   gone on this host).
 11. Group commit (DUR-3): ``create`` and ``append`` do not commit alone. A write joins the
    open batch; the first of a batch schedules it for the end of the loop tick, and while a
    batch is being committed the next one gathers. A batch runs on the connection's thread
@@ -98,6 +103,7 @@ from dsh_subagent.adapters.reference.persistence import (
     ListsHeaders,
     MailboxListener,
     MailRow,
+    ReadMail,
     check_header,
     closed_error,
     corrupt,
@@ -167,18 +173,19 @@ _LEASES: Final = """CREATE TABLE IF NOT EXISTS leases (
     expires_at REAL NOT NULL
 ) STRICT"""
 
-_MAILBOX: Final = (
-    """CREATE TABLE IF NOT EXISTS mailbox (
-        seq INTEGER PRIMARY KEY,
-        session_id TEXT NOT NULL,
-        message_id TEXT NOT NULL,
-        sender TEXT NOT NULL,
-        content TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        UNIQUE (session_id, message_id)
-    ) STRICT""",
-    "CREATE INDEX IF NOT EXISTS mailbox_by_session ON mailbox (session_id, seq)",
-)
+_MAILBOX_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    content TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    UNIQUE (session_id, message_id)
+) STRICT"""
+_MAIL_AFTER: Final = "SELECT seq, session_id FROM mailbox WHERE seq > ? ORDER BY seq"
+"""A probe's new rows: a range of the primary key (a ``GROUP BY`` here would scan the
+whole ``mailbox_by_session`` index instead)."""
+_MAILBOX_INDEX: Final = "CREATE INDEX IF NOT EXISTS mailbox_by_session ON mailbox (session_id, seq)"
 _APPEND_STATE: Final = """SELECT
     (SELECT COALESCE(MAX(seq), -1) + 1 FROM events WHERE session_id = s.id),
     l.owner, l.host, l.pid, l.epoch, l.expires_at, s.header
@@ -192,6 +199,8 @@ DEFAULT_MAILBOX_POLL: Final = 0.05
 _T = TypeVar("_T")
 _Job = Callable[[sqlite3.Connection], None]
 """A write's statements, run inside a group commit's transaction (rule 10)."""
+_Mail = tuple[str, LeaseRow | None]
+"""A child with mailbox rows and its lease row, as a probe reads them (rule 10)."""
 _Text = tuple[str, str, bytes]
 """Stored text for the undecodable-text scan: ``(session id, field, raw bytes)``."""
 
@@ -258,6 +267,30 @@ def _prove_writable(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
 
 
+def _upgrade_mailbox(conn: sqlite3.Connection) -> None:
+    """Create the mailbox (additive, like ``leases``), or rebuild one whose ``seq`` is not
+    ``AUTOINCREMENT`` yet: a probe reads only the rows after the last seq it saw, so the seq
+    of a removed last row must never be given again (rule 10)."""
+    query = "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'mailbox'"
+    with _transaction(conn, "BEGIN IMMEDIATE"):
+        found = conn.execute(query).fetchone()
+        if found is None:
+            conn.execute(_MAILBOX_TABLE.format(name="mailbox"))
+        elif "AUTOINCREMENT" not in found[0].upper():
+            conn.execute(_MAILBOX_TABLE.format(name="mailbox_upgrade"))
+            conn.execute("INSERT INTO mailbox_upgrade SELECT * FROM mailbox")
+            conn.execute("DROP TABLE mailbox")
+            conn.execute("ALTER TABLE mailbox_upgrade RENAME TO mailbox")
+        conn.execute(_MAILBOX_INDEX)
+
+
+def _delete_mail(conn: sqlite3.Connection, session_id: str, message_ids: Sequence[str]) -> None:
+    conn.executemany(
+        "DELETE FROM mailbox WHERE session_id = ? AND message_id = ?",
+        [(session_id, each) for each in message_ids],
+    )
+
+
 def _connect(path: str, synchronous: str, readonly: bool) -> sqlite3.Connection:
     """Open the connection (in the executor's thread) and check, or create, the schema."""
     if readonly:
@@ -279,8 +312,7 @@ def _connect(path: str, synchronous: str, readonly: bool) -> sqlite3.Connection:
             if version != 0:
                 _prove_writable(conn)
             conn.execute(_LEASES)  # additive: a store of the first schema gains it here
-            for statement in _MAILBOX:
-                conn.execute(statement)
+            _upgrade_mailbox(conn)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={synchronous}")
     except BaseException:
@@ -325,6 +357,23 @@ def _lease_row(conn: sqlite3.Connection, session_id: SessionId) -> LeaseRow | No
     query = "SELECT owner, host, pid, epoch, expires_at FROM leases WHERE session_id = ?"
     row = conn.execute(query, (session_id,)).fetchone()
     return None if row is None else LeaseRow(*row)
+
+
+def _mail_after(
+    conn: sqlite3.Connection, after: int, tracked: Iterable[str]
+) -> tuple[int, builtins.list[_Mail]]:
+    """The last mailbox seq, and each child with rows (with its lease row) among those with
+    a row after ``after`` and ``tracked`` (rule 10): a range of the primary key and one
+    index probe per tracked child, however long the mailbox's history."""
+    fresh: dict[str, int] = {}
+    for seq, sid in conn.execute(_MAIL_AFTER, (after,)):
+        fresh[sid] = seq  # in seq order: the child's last
+    has_mail = "SELECT 1 FROM mailbox WHERE session_id = ? LIMIT 1"
+    still = [
+        sid for sid in tracked if sid not in fresh and conn.execute(has_mail, (sid,)).fetchone()
+    ]
+    last = max([after, *fresh.values()])
+    return last, [(sid, _lease_row(conn, SessionId(sid))) for sid in sorted({*fresh, *still})]
 
 
 def _raw_text(conn: sqlite3.Connection, session_id: SessionId | None) -> Iterable[_Text]:
@@ -405,8 +454,11 @@ class SqlitePersistence(ListsHeaders):
         self._watchers: list[MailboxListener] = []
         self._poll: asyncio.Task[None] | None = None
         self._seen_version: int | None = None
-        #: Children with mail whose lease another live holder had at the last scan.
-        self._others: dict[SessionId, LeaseRow] = {}
+        self._mail_seq = 0  # the last mailbox seq a probe read
+        #: Children with mail at the last look: the lease row another live holder had, or
+        #: None when the child was named (held here, or free).
+        self._tracked: dict[SessionId, LeaseRow | None] = {}
+        self._read = ReadMail()  # releasing a lease removes the rows logged here
         self._batch: builtins.list[tuple[_Job, SessionId, asyncio.Future[None]]] = []
         self._committing: asyncio.Future[builtins.list[BaseException | None]] | None = None
 
@@ -544,6 +596,7 @@ class SqlitePersistence(ListsHeaders):
             _insert_events(conn, sid, rows)
 
         await self._write(job, sid)
+        self._read.wrote(sid, events)
 
     async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
         """Append events that continue the stored log exactly."""
@@ -561,6 +614,7 @@ class SqlitePersistence(ListsHeaders):
             _insert_events(conn, sid, rows)
 
         await self._write(job, sid)
+        self._read.wrote(sid, events)
 
     # ------------------------------------------------------------------ group commit (rule 10)
 
@@ -796,18 +850,24 @@ class SqlitePersistence(ListsHeaders):
         if self._held.get(lease.session_id) == lease:
             del self._held[lease.session_id]
 
+        logged = self._read.logged(lease.session_id)
+
         def job(conn: sqlite3.Connection) -> bool:
             with _lease_transaction(conn, self._level):
-                conn.execute(
+                cur = conn.execute(
                     """UPDATE leases SET owner = NULL
                     WHERE session_id = ? AND owner = ? AND epoch = ?""",
                     (lease.session_id, lease.owner, lease.epoch),
                 )
+                if cur.rowcount == 1:  # still the holder: its logged mail is done
+                    _delete_mail(conn, lease.session_id, logged)
                 query = "SELECT EXISTS (SELECT 1 FROM mailbox WHERE session_id = ?)"
                 (pending,) = conn.execute(query, (lease.session_id,)).fetchone()
             return bool(pending)
 
-        return await self._run(job, lease.session_id)
+        pending = await self._run(job, lease.session_id)
+        self._read.removed(lease.session_id, logged)
+        return pending
 
     async def heartbeat(self) -> None:
         """Renew every lease this backend holds (LEASE-5); a lost one stays lost."""
@@ -867,7 +927,9 @@ class SqlitePersistence(ListsHeaders):
                 rows: builtins.list[MailRow] = conn.execute(query, (sid,)).fetchall()
             return rows
 
-        return decode_mail(sid, await self._run(job, sid))
+        messages = decode_mail(sid, await self._run(job, sid))
+        self._read.saw(sid, messages)
+        return messages
 
     async def prune(self, session_id: SessionId, message_ids: Sequence[MessageId]) -> None:
         """Remove these mailbox rows (their messages are in the log); a fenced write."""
@@ -881,12 +943,10 @@ class SqlitePersistence(ListsHeaders):
         def job(conn: sqlite3.Connection) -> None:
             with _transaction(conn, "BEGIN IMMEDIATE"):
                 self._fence(conn, sid)
-                conn.executemany(
-                    "DELETE FROM mailbox WHERE session_id = ? AND message_id = ?",
-                    [(sid, each) for each in ids],
-                )
+                _delete_mail(conn, sid, ids)
 
         await self._run(job, sid)
+        self._read.removed(sid, ids)
 
     def watch_mailbox(self, listener: MailboxListener) -> Unsubscribe:
         """Call ``listener(child_id)`` when another connection may have posted for a child
@@ -905,41 +965,43 @@ class SqlitePersistence(ListsHeaders):
         """One probe (rule 10): name, to every watcher, the held children with rows when
         another connection committed, and the orphans: children with rows whose lease is free
         (released, expired, or its process gone on this host), for a watcher to take over.
-        Returns the children named, in order."""
+        Returns the children named, in order.
+
+        Bounded by the mail still pending, never by all mail past: a probe reads the rows
+        after the last seq it saw and looks again only at the children it saw with rows.
+        """
         if self._closed or not self._watchers:
             return []
         me = self._me
         # A lease seen held elsewhere frees without any write: it expires, or its pid dies.
         now = self._clock()
-        freed = {sid for sid, row in self._others.items() if not held_elsewhere(row, me, now)}
-        query = """SELECT m.session_id, l.owner, l.host, l.pid, l.epoch, l.expires_at
-            FROM (SELECT DISTINCT session_id FROM mailbox) AS m
-            LEFT JOIN leases AS l USING (session_id)"""
+        freed = {
+            sid
+            for sid, row in self._tracked.items()
+            if row is not None and not held_elsewhere(row, me, now)
+        }
+        seen, after, tracked = self._seen_version, self._mail_seq, tuple(self._tracked)
 
-        def job(conn: sqlite3.Connection) -> tuple[int, builtins.list[tuple[str, LeaseRow | None]]]:
+        def job(conn: sqlite3.Connection) -> tuple[int, int, builtins.list[_Mail]]:
             (version,) = conn.execute("PRAGMA data_version").fetchone()
-            if version == self._seen_version:
-                return version, []
-            rows = conn.execute(query).fetchall()
-            return version, [
-                (row[0], None if row[2] is None else LeaseRow(*row[1:])) for row in rows
-            ]
+            if version == seen:
+                return version, after, []
+            return (version, *_mail_after(conn, after, tracked))
 
-        version, rows = await self._run(job)
+        version, last, rows = await self._run(job)
         found = set(freed)
         if version != self._seen_version:
-            self._seen_version, self._others = version, {}
+            self._seen_version, self._mail_seq, self._tracked = version, last, {}
             now = self._clock()
             for sid, lease in rows:
                 child = SessionId(sid)
                 if child in self._held or not held_elsewhere(lease, me, now):
                     found.add(child)
                 else:
-                    assert lease is not None
-                    self._others[child] = lease
+                    self._tracked[child] = lease
         named = sorted(found)
         for sid in named:
-            self._others.pop(sid, None)
+            self._tracked[sid] = None  # looked at again while it has rows
             for listener in tuple(self._watchers):
                 listener(sid)
         return named
