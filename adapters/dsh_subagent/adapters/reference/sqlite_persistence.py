@@ -665,10 +665,9 @@ class SqlitePersistence(ListsHeaders):
         refusal needs no rollback and the jobs run without savepoints; a statement failing
         midway rolls the transaction back and the batch runs again, a savepoint per job."""
         conn = self._conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as error:
-            return [_typed_failure(conn, error, None) for _ in jobs]
+        unopened = self._begin_batch(len(jobs))
+        if unopened is not None:
+            return unopened
         outcomes: builtins.list[BaseException | None] = []
         for job, _session_id in jobs:
             try:
@@ -689,10 +688,9 @@ class SqlitePersistence(ListsHeaders):
         """``_run_batch`` with each job in a savepoint, so a job whose statement fails
         midway writes nothing and the others still commit."""
         conn = self._conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as error:
-            return [_typed_failure(conn, error, None) for _ in jobs]
+        unopened = self._begin_batch(len(jobs))
+        if unopened is not None:
+            return unopened
         outcomes: builtins.list[BaseException | None] = []
         for job, session_id in jobs:
             conn.execute("SAVEPOINT job")
@@ -712,6 +710,15 @@ class SqlitePersistence(ListsHeaders):
                 conn.execute("RELEASE job")
                 outcomes.append(None)
         return self._commit_outcomes(outcomes)
+
+    def _begin_batch(self, count: int) -> builtins.list[BaseException | None] | None:
+        """Open a batch's transaction; if it cannot open, the failure of each of ``count``
+        jobs (None: open)."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            return [_typed_failure(self._conn, error, None) for _ in range(count)]
+        return None
 
     def _commit_outcomes(
         self, outcomes: builtins.list[BaseException | None]
