@@ -29,7 +29,7 @@ import asyncio
 import builtins
 import contextlib
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, TypeAlias
 
 import attrs
 
@@ -52,7 +52,7 @@ from dsh_subagent.core.values import SessionId
 LEASE_COLUMNS: Final = "owner, host, pid, epoch, expires_at"
 """The stored lease's columns, in ``LeaseRow``'s order."""
 
-Renewal = tuple[float, SessionId, str, int]
+Renewal: TypeAlias = tuple[float, SessionId, str, int]
 """One held lease's heartbeat row: ``(new expiry, session id, owner, epoch)``."""
 
 
