@@ -35,7 +35,6 @@ import abc
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
-from types import TracebackType
 from typing import Final, Protocol, Self, assert_never, runtime_checkable
 
 import attrs
@@ -150,12 +149,7 @@ class DisposeOnExit:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *_exc: object) -> None:
         await self.dispose()
 
 

@@ -52,7 +52,6 @@ import os
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeAlias, TypeVar
 
 from dsh_subagent.adapters.budgets import check_budget
@@ -129,12 +128,7 @@ class HarnessOpening(Generic[_H]):
         self._harness = await self._opening
         return self._harness
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *_exc: object) -> None:
         if self._harness is not None:
             await self._harness.close()
 
@@ -212,12 +206,7 @@ class ReferenceHarness:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *_exc: object) -> None:
         await self.close()
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:

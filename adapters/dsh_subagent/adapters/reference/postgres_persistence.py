@@ -7,8 +7,9 @@ Theory of operation
    checks connections out per transaction. Every statement is parameterised; nothing runs
    on a thread. A missing driver is one line naming the extra (``MissingExtra``).
 2. Same rows, same rules: the row codec and the lease decisions (``grant``, ``fence``,
-   ``held_elsewhere``) are ``persistence``'s, so this backend behaves exactly as the SQLite
-   one (``docs/durability.md``); only the atomicity comes from PostgreSQL.
+   ``held_elsewhere``) are ``persistence``'s and the lease statements and the holder's book
+   ``sql_leases``'s, so this backend behaves exactly as the SQLite one
+   (``docs/durability.md``); only the atomicity comes from PostgreSQL.
 3. Migrations (PG-2): ordered, versioned scripts (``MIGRATIONS``) recorded in
    ``dsh_schema_migrations``. A writer applies the missing ones at open in one transaction
    that first takes ``pg_advisory_xact_lock``, so workers starting together apply each
@@ -70,7 +71,6 @@ from dsh_subagent.adapters.reference.persistence import (
     EventRow,
     LeaseOwner,
     LeaseRow,
-    ListsHeaders,
     MailboxListener,
     MailRow,
     ReadMail,
@@ -84,7 +84,6 @@ from dsh_subagent.adapters.reference.persistence import (
     encode_mail,
     encode_new_log,
     encode_projection,
-    fence,
     grant,
     held_elsewhere,
     is_postgres_address,
@@ -94,11 +93,17 @@ from dsh_subagent.adapters.reference.persistence import (
     require_continues,
     require_folded,
     require_ids,
-    require_lease,
     require_session_id,
     require_ttl,
     session_exists,
     unknown_session,
+)
+from dsh_subagent.adapters.reference.sql_leases import (
+    LeaseHolder,
+    LeaseSql,
+    Renewal,
+    grant_values,
+    lease_key,
 )
 from dsh_subagent.adapters.signals import Unsubscribe
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
@@ -187,7 +192,13 @@ MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = (
 """The schema, as ordered migrations (rule 3); a released one is never edited."""
 SCHEMA_VERSION: Final = MIGRATIONS[-1][0]
 
-_LEASE_COLUMNS: Final = "owner, host, pid, epoch, expires_at"
+_LEASE_SQL: Final = LeaseSql.written(
+    "%s",
+    """ AND leases.expires_at = %s AND leases.owner IS NOT DISTINCT FROM %s
+    RETURNING epoch""",
+)
+"""PG-3's compare-and-set also compares the expiry and owner read (the row is read
+unlocked) and returns the row it wrote: none back means another grant came between."""
 
 
 def _unavailable(where: str, error: psycopg.Error, session_id: str | None) -> SubagentError:
@@ -256,8 +267,8 @@ def _require_known(version: int, where: str) -> None:
 
 
 async def _lease_row(conn: Conn, session_id: SessionId, *, lock: bool) -> LeaseRow | None:
-    query = f"SELECT {_LEASE_COLUMNS} FROM leases WHERE session_id = %s"
-    cur = await conn.execute(query + (" FOR UPDATE" if lock else ""), (session_id,))
+    query = _LEASE_SQL.row + (" FOR UPDATE" if lock else "")
+    cur = await conn.execute(query, (session_id,))
     row = await cur.fetchone()
     if row is None:
         return None
@@ -311,7 +322,7 @@ async def _delete_mail(conn: Conn, session_id: str, message_ids: Sequence[str]) 
         )
 
 
-class PostgresPersistence(ListsHeaders):
+class PostgresPersistence(LeaseHolder):
     """Durable session storage in one PostgreSQL database; ``await open(address)``."""
 
     def __init__(
@@ -325,18 +336,12 @@ class PostgresPersistence(ListsHeaders):
         readonly: bool,
     ) -> None:
         """Internal: use ``PostgresPersistence.open``."""
+        super().__init__(clock, lease_ttl, me)
         self._pool = pool
         self._address = address
         self._where = redact(address)
-        self._clock = clock
-        self._ttl = lease_ttl
-        self._me = me
         self._readonly = readonly
-        self._held: dict[SessionId, Lease] = {}
-        self._closed = False
-        self._heartbeat: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
-        self._watchers: list[MailboxListener] = []
         self._read = ReadMail()  # releasing a lease removes the rows logged here
 
     @classmethod
@@ -416,15 +421,11 @@ class PostgresPersistence(ListsHeaders):
     async def _fence(self, conn: Conn, session_id: SessionId) -> int | None:
         """Inside a write transaction: lock the lease row, refuse a write its lease no
         longer covers, renew a held one; returns the epoch written under (rule 5)."""
-        now = self._clock()
-        held = self._held.get(session_id)
-        fence(session_id, await _lease_row(conn, session_id, lock=True), held, self._me, now)
-        if held is None:
+        renewal = self._check_fence(session_id, await _lease_row(conn, session_id, lock=True))
+        if renewal is None:
             return None
-        await conn.execute(
-            "UPDATE leases SET expires_at = %s WHERE session_id = %s",
-            (now + self._ttl * 1000, session_id),
-        )
+        held, expires = renewal
+        await conn.execute(_LEASE_SQL.renew_one, (expires, session_id))
         return held.epoch
 
     @staticmethod
@@ -509,9 +510,7 @@ class PostgresPersistence(ListsHeaders):
 
     async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
         """Append events that continue the stored log exactly."""
-        if self._closed:
-            raise closed_error()
-        sid = require_session_id(session_id)
+        sid = self._checked(session_id)
         rows = encode_events(events)
         async with self._transaction(sid) as conn:
             await _header_text(conn, sid, lock=True)  # one writer of a log at a time
@@ -541,9 +540,7 @@ class PostgresPersistence(ListsHeaders):
         self, session_id: SessionId, as_of_seq: int, values: Mapping[str, JsonValue]
     ) -> None:
         """Record values folded from the first ``as_of_seq`` events of the session."""
-        if self._closed:
-            raise closed_error()
-        sid = require_session_id(session_id)
+        sid = self._checked(session_id)
         seq, text = encode_projection(as_of_seq, values)
         async with self._transaction(sid) as conn:
             await _header_text(conn, sid)
@@ -560,9 +557,7 @@ class PostgresPersistence(ListsHeaders):
     # ------------------------------------------------------------------ leases (rule 4)
 
     async def _grant(self, session_id: SessionId, *, reserve: bool) -> Lease:
-        if self._closed:
-            raise closed_error()
-        sid = require_session_id(session_id)
+        sid = self._checked(session_id)
         while True:
             async with self._transaction(sid) as conn:
                 row = await _lease_row(conn, sid, lock=False)
@@ -571,35 +566,13 @@ class PostgresPersistence(ListsHeaders):
                 new = grant(
                     sid, row, self._me, self._clock(), self._ttl, reserve=reserve, stored=stored
                 )
-                cur = await conn.execute(
-                    f"""INSERT INTO leases (session_id, {_LEASE_COLUMNS})
-                    VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET
-                    owner = excluded.owner, host = excluded.host, pid = excluded.pid,
-                    epoch = excluded.epoch, expires_at = excluded.expires_at
-                    WHERE leases.epoch = %s AND leases.expires_at = %s
-                    AND leases.owner IS NOT DISTINCT FROM %s
-                    RETURNING epoch""",
-                    (
-                        sid,
-                        new.owner,
-                        new.host,
-                        new.pid,
-                        new.epoch,
-                        new.expires_at,
-                        new.epoch - 1,
-                        None if row is None else row.expires_at,
-                        None if row is None else row.owner,
-                    ),
-                )
+                read = (None, None) if row is None else (row.expires_at, row.owner)
+                cur = await conn.execute(_LEASE_SQL.grant, (*grant_values(sid, new), *read))
                 if await cur.fetchone() is None:
                     continue  # another grant or a renewal came between: decide again
                 await self._audit(conn, sid, new.epoch, "grant")
             break
-        lease = lease_of(sid, new)
-        self._held[sid] = lease
-        if self._heartbeat is None:
-            self._heartbeat = asyncio.get_running_loop().create_task(self._beat())
-        return lease
+        return self._hold(lease_of(sid, new))
 
     async def _audit(self, conn: Conn, session_id: SessionId, epoch: int, action: str) -> None:
         await conn.execute(
@@ -608,64 +581,33 @@ class PostgresPersistence(ListsHeaders):
             (session_id, epoch, self._me.token, action, self._clock()),
         )
 
-    async def reserve(self, session_id: SessionId) -> Lease:
-        """Durably reserve a new id and hold its lease (LEASE-4)."""
-        return await self._grant(session_id, reserve=True)
-
-    async def acquire(self, session_id: SessionId) -> Lease:
-        """Take the child's lease at a new epoch, or ``ACTIVATION_HELD`` (LEASE-1, LEASE-2)."""
-        return await self._grant(session_id, reserve=False)
-
     async def release(self, lease: Lease) -> None:
         """Give the lease up; a lease another holder took meanwhile is left alone."""
-        if self._closed:
-            raise closed_error()
-        lease = require_lease(lease)
-        if self._held.get(lease.session_id) == lease:
-            del self._held[lease.session_id]
+        lease = self._let_go(lease)
         logged = self._read.logged(lease.session_id)
         async with self._transaction(lease.session_id) as conn:
-            cur = await conn.execute(
-                """UPDATE leases SET owner = NULL
-                WHERE session_id = %s AND owner = %s AND epoch = %s""",
-                (lease.session_id, lease.owner, lease.epoch),
-            )
+            cur = await conn.execute(_LEASE_SQL.release, lease_key(lease))
             if cur.rowcount == 1:
                 await self._audit(conn, lease.session_id, lease.epoch, "release")
                 await _delete_mail(conn, lease.session_id, logged)  # its logged mail is done
         self._read.removed(lease.session_id, logged)
 
-    async def heartbeat(self) -> None:
-        """Renew every lease this backend holds (LEASE-5); a lost one stays lost."""
-        held = list(self._held.values())
-        if not held:
-            return
-        expires = self._clock() + self._ttl * 1000
+    async def _renew(self, renewals: Sequence[Renewal]) -> None:
         async with self._transaction() as conn, conn.cursor() as cur:
-            await cur.executemany(
-                """UPDATE leases SET expires_at = %s
-                WHERE session_id = %s AND owner = %s AND epoch = %s""",
-                [(expires, lease.session_id, lease.owner, lease.epoch) for lease in held],
-            )
+            await cur.executemany(_LEASE_SQL.renew, renewals)
 
-    async def _beat(self) -> None:
-        """Renew held leases, and claim orphaned mail, every third of the lifetime."""
-        while not self._closed:
-            await asyncio.sleep(self._ttl / 3)
+    async def _after_beat(self) -> None:
+        """Claim orphaned mail at the heartbeat's pace (rule 7)."""
+        if self._watchers:
             with contextlib.suppress(SubagentError):
-                await self.heartbeat()
-            if self._watchers:
-                with contextlib.suppress(SubagentError):
-                    self._tell(await self.orphans())
+                self._tell(await self.orphans())
 
     # ------------------------------------------------------------------ mailbox (rules 6, 7)
 
     async def post(self, session_id: SessionId, message: UserMessage) -> bool:
         """Accept ``message`` into the mailbox iff another live holder has the lease; the
         insert is committed, and its holder notified, when this returns True (rule 6)."""
-        if self._closed:
-            raise closed_error()
-        sid = require_session_id(session_id)
+        sid = self._checked(session_id)
         message_id, sender, content = encode_mail(message)
         async with self._transaction(sid) as conn:
             row = await _lease_row(conn, sid, lock=True)
@@ -699,9 +641,7 @@ class PostgresPersistence(ListsHeaders):
 
     async def prune(self, session_id: SessionId, message_ids: Sequence[MessageId]) -> None:
         """Remove these mailbox rows (their messages are in the log); a fenced write."""
-        if self._closed:
-            raise closed_error()
-        sid = require_session_id(session_id)
+        sid = self._checked(session_id)
         ids = require_ids(message_ids)
         if not ids:
             return
@@ -727,22 +667,11 @@ class PostgresPersistence(ListsHeaders):
     def watch_mailbox(self, listener: MailboxListener) -> Unsubscribe:
         """Call ``listener(child_id)`` when mail may be pending for a child held here (on a
         ``NOTIFY`` for this owner) or for an orphaned child (rules 6, 7)."""
-        self._watchers.append(listener)
+        stop = self._watch(listener)
         if self._listener is None and not self._closed:
             self._listener = asyncio.get_running_loop().create_task(self._listen())
-            if self._heartbeat is None:
-                self._heartbeat = asyncio.get_running_loop().create_task(self._beat())
-
-        def stop() -> None:
-            if listener in self._watchers:
-                self._watchers.remove(listener)
-
+            self._start_heartbeat()
         return stop
-
-    def _tell(self, children: Sequence[SessionId]) -> None:
-        for sid in children:
-            for listener in tuple(self._watchers):
-                listener(sid)
 
     async def _listen(self) -> None:
         """Until closed: hear ``NOTIFY`` on the mailbox channel; reconnect after a failure,
@@ -776,13 +705,5 @@ class PostgresPersistence(ListsHeaders):
         raise ``PERSISTENCE_UNAVAILABLE``."""
         if self._closed:
             return
-        for task in (self._heartbeat, self._listener):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        for lease in builtins.list(self._held.values()):
-            with contextlib.suppress(SubagentError):
-                await self.release(lease)
-        self._closed = True
+        await self._stop(self._listener)
         await self._pool.close()

@@ -41,7 +41,8 @@ Theory of operation
    grant is one compare-and-set: ``BEGIN IMMEDIATE`` (the file's write lock, so across
    processes), read the row, decide (``grant``), then an update conditional on the epoch
    read. Every write's transaction runs ``fence`` before its first insert. A heartbeat task
-   renews the held leases every ``lease_ttl / 3`` seconds while any is held. A grant and a
+   renews the held leases every ``lease_ttl / 3`` seconds while any is held. The statements
+   and that book of held leases are ``sql_leases``'s, shared with PostgreSQL. A grant and a
    release commit at ``synchronous=NORMAL`` (no fsync of their own; a reservation keeps the
    store's level): visible to every connection at once and never lost by a process crash,
    and the WAL is one ordered file, so the next fsync'd commit (the first log write the
@@ -100,7 +101,6 @@ from dsh_subagent.adapters.reference.persistence import (
     EventRow,
     LeaseOwner,
     LeaseRow,
-    ListsHeaders,
     MailboxListener,
     MailRow,
     ReadMail,
@@ -115,7 +115,6 @@ from dsh_subagent.adapters.reference.persistence import (
     encode_mail,
     encode_new_log,
     encode_projection,
-    fence,
     grant,
     held_elsewhere,
     lease_of,
@@ -123,11 +122,17 @@ from dsh_subagent.adapters.reference.persistence import (
     require_continues,
     require_folded,
     require_ids,
-    require_lease,
     require_session_id,
     require_ttl,
     session_exists,
     unknown_session,
+)
+from dsh_subagent.adapters.reference.sql_leases import (
+    LeaseHolder,
+    LeaseSql,
+    Renewal,
+    grant_values,
+    lease_key,
 )
 from dsh_subagent.adapters.signals import Unsubscribe
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
@@ -193,6 +198,8 @@ _APPEND_STATE: Final = """SELECT
 """What an append checks, in one statement: the session exists (its header is read, so
 undecodable text is found, rule 7), its revision and its lease row (``host`` is never NULL
 in a stored lease), so a job costs one read (rule 11)."""
+_LEASE_SQL: Final = LeaseSql.written("?")
+_HAS_MAIL: Final = "SELECT EXISTS (SELECT 1 FROM mailbox WHERE session_id = ?)"
 DEFAULT_MAILBOX_POLL: Final = 0.05
 """Seconds between two ``PRAGMA data_version`` probes of a holder watching its mailbox."""
 
@@ -354,8 +361,7 @@ def _insert_events(conn: sqlite3.Connection, session_id: str, rows: Sequence[Eve
 
 
 def _lease_row(conn: sqlite3.Connection, session_id: SessionId) -> LeaseRow | None:
-    query = "SELECT owner, host, pid, epoch, expires_at FROM leases WHERE session_id = ?"
-    row = conn.execute(query, (session_id,)).fetchone()
+    row = conn.execute(_LEASE_SQL.row, (session_id,)).fetchone()
     return None if row is None else LeaseRow(*row)
 
 
@@ -427,7 +433,7 @@ def _typed_failure(
     )
 
 
-class SqlitePersistence(ListsHeaders):
+class SqlitePersistence(LeaseHolder):
     """Durable session storage in one SQLite file; create it with ``await open(path)``."""
 
     def __init__(
@@ -441,17 +447,11 @@ class SqlitePersistence(ListsHeaders):
         synchronous: str = "FULL",
     ) -> None:
         """Internal: use ``SqlitePersistence.open``."""
+        super().__init__(clock, lease_ttl, LeaseOwner.here())
         self._level = synchronous
         self._executor = executor
         self._conn = conn
-        self._clock = clock
-        self._ttl = lease_ttl
-        self._me = LeaseOwner.here()
-        self._held: dict[SessionId, Lease] = {}
-        self._heartbeat: asyncio.Task[None] | None = None
-        self._closed = False
         self._poll_every = mailbox_poll
-        self._watchers: list[MailboxListener] = []
         self._poll: asyncio.Task[None] | None = None
         self._seen_version: int | None = None
         self._mail_seq = 0  # the last mailbox seq a probe read
@@ -600,9 +600,7 @@ class SqlitePersistence(ListsHeaders):
 
     async def append(self, session_id: SessionId, events: Sequence[SessionEvent]) -> None:
         """Append events that continue the stored log exactly."""
-        if self._closed:
-            raise closed_error()
-        sid = require_session_id(session_id)
+        sid = self._checked(session_id)
         rows = encode_events(events)
 
         def job(conn: sqlite3.Connection) -> None:
@@ -763,9 +761,7 @@ class SqlitePersistence(ListsHeaders):
         self, session_id: SessionId, as_of_seq: int, values: Mapping[str, JsonValue]
     ) -> None:
         """Record values folded from the first ``as_of_seq`` events of the session."""
-        if self._closed:
-            raise closed_error()
-        sid = require_session_id(session_id)
+        sid = self._checked(session_id)
         seq, text = encode_projection(as_of_seq, values)
 
         def job(conn: sqlite3.Connection) -> None:
@@ -793,19 +789,12 @@ class SqlitePersistence(ListsHeaders):
         self, conn: sqlite3.Connection, session_id: SessionId, row: LeaseRow | None
     ) -> None:
         """``_fence`` with the lease row already read in this transaction."""
-        now = self._clock()
-        held = self._held.get(session_id)
-        fence(session_id, row, held, self._me, now)
-        if held is not None:
-            conn.execute(
-                "UPDATE leases SET expires_at = ? WHERE session_id = ?",
-                (now + self._ttl * 1000, session_id),
-            )
+        renewal = self._check_fence(session_id, row)
+        if renewal is not None:
+            conn.execute(_LEASE_SQL.renew_one, (renewal[1], session_id))
 
     async def _grant(self, session_id: SessionId, *, reserve: bool) -> Lease:
-        if self._closed:
-            raise closed_error()
-        sid = require_session_id(session_id)
+        sid = self._checked(session_id)
 
         def job(conn: sqlite3.Connection) -> Lease:
             # A reservation keeps the store's level: it is durable at once (LEASE-4).
@@ -821,93 +810,44 @@ class SqlitePersistence(ListsHeaders):
                     reserve=reserve,
                     stored=stored is not None,
                 )
-                conn.execute(
-                    """INSERT INTO leases (session_id, owner, host, pid, epoch, expires_at)
-                    VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET
-                    owner = excluded.owner, host = excluded.host, pid = excluded.pid,
-                    epoch = excluded.epoch, expires_at = excluded.expires_at
-                    WHERE leases.epoch = ?""",
-                    (sid, new.owner, new.host, new.pid, new.epoch, new.expires_at, new.epoch - 1),
-                )
+                conn.execute(_LEASE_SQL.grant, grant_values(sid, new))
                 assert conn.execute("SELECT changes()").fetchone()[0] == 1
-                query = "SELECT EXISTS (SELECT 1 FROM mailbox WHERE session_id = ?)"
-                (pending,) = conn.execute(query, (sid,)).fetchone()
+                (pending,) = conn.execute(_HAS_MAIL, (sid,)).fetchone()
             return attrs.evolve(lease_of(sid, new), mail=bool(pending))
 
-        lease = await self._run(job, sid)
-        self._held[sid] = lease
-        if self._heartbeat is None:
-            self._heartbeat = asyncio.get_running_loop().create_task(self._beat())
-        return lease
-
-    async def reserve(self, session_id: SessionId) -> Lease:
-        """Durably reserve a new id and hold its lease (LEASE-4)."""
-        return await self._grant(session_id, reserve=True)
-
-    async def acquire(self, session_id: SessionId) -> Lease:
-        """Take the child's lease at a new epoch, or ``ACTIVATION_HELD`` (LEASE-1, LEASE-2)."""
-        return await self._grant(session_id, reserve=False)
+        return self._hold(await self._run(job, sid))
 
     async def release(self, lease: Lease) -> bool:
         """Give the lease up; a lease another holder took meanwhile is left alone. True when
         the child has mailbox rows, read in the same transaction (rule 10)."""
-        if self._closed:
-            raise closed_error()
-        lease = require_lease(lease)
-        if self._held.get(lease.session_id) == lease:
-            del self._held[lease.session_id]
-
+        lease = self._let_go(lease)
         logged = self._read.logged(lease.session_id)
 
         def job(conn: sqlite3.Connection) -> bool:
             with _lease_transaction(conn, self._level):
-                cur = conn.execute(
-                    """UPDATE leases SET owner = NULL
-                    WHERE session_id = ? AND owner = ? AND epoch = ?""",
-                    (lease.session_id, lease.owner, lease.epoch),
-                )
+                cur = conn.execute(_LEASE_SQL.release, lease_key(lease))
                 if cur.rowcount == 1:  # still the holder: its logged mail is done
                     _delete_mail(conn, lease.session_id, logged)
-                query = "SELECT EXISTS (SELECT 1 FROM mailbox WHERE session_id = ?)"
-                (pending,) = conn.execute(query, (lease.session_id,)).fetchone()
+                (pending,) = conn.execute(_HAS_MAIL, (lease.session_id,)).fetchone()
             return bool(pending)
 
         pending = await self._run(job, lease.session_id)
         self._read.removed(lease.session_id, logged)
         return pending
 
-    async def heartbeat(self) -> None:
-        """Renew every lease this backend holds (LEASE-5); a lost one stays lost."""
-        held = list(self._held.values())
-        if not held:
-            return
-        expires = self._clock() + self._ttl * 1000
-
+    async def _renew(self, renewals: Sequence[Renewal]) -> None:
         def job(conn: sqlite3.Connection) -> None:
             with _transaction(conn, "BEGIN IMMEDIATE"):
-                conn.executemany(
-                    """UPDATE leases SET expires_at = ?
-                    WHERE session_id = ? AND owner = ? AND epoch = ?""",
-                    [(expires, lease.session_id, lease.owner, lease.epoch) for lease in held],
-                )
+                conn.executemany(_LEASE_SQL.renew, renewals)
 
         await self._run(job)
-
-    async def _beat(self) -> None:
-        """Renew held leases every third of their lifetime until closed (LEASE-5)."""
-        while not self._closed:
-            await asyncio.sleep(self._ttl / 3)
-            with contextlib.suppress(SubagentError):
-                await self.heartbeat()
 
     # ------------------------------------------------------------------ mailbox (rule 10)
 
     async def post(self, session_id: SessionId, message: UserMessage) -> bool:
         """Accept ``message`` into the mailbox iff another live holder has the lease; the
         insert is committed when this returns True (rule 10)."""
-        if self._closed:
-            raise closed_error()
-        sid = require_session_id(session_id)
+        sid = self._checked(session_id)
         message_id, sender, content = encode_mail(message)
 
         def job(conn: sqlite3.Connection) -> bool:
@@ -940,9 +880,7 @@ class SqlitePersistence(ListsHeaders):
 
     async def prune(self, session_id: SessionId, message_ids: Sequence[MessageId]) -> None:
         """Remove these mailbox rows (their messages are in the log); a fenced write."""
-        if self._closed:
-            raise closed_error()
-        sid = require_session_id(session_id)
+        sid = self._checked(session_id)
         ids = require_ids(message_ids)
         if not ids:
             return
@@ -958,14 +896,9 @@ class SqlitePersistence(ListsHeaders):
     def watch_mailbox(self, listener: MailboxListener) -> Unsubscribe:
         """Call ``listener(child_id)`` when another connection may have posted for a child
         held here; polls ``PRAGMA data_version`` every ``mailbox_poll`` seconds (rule 10)."""
-        self._watchers.append(listener)
+        stop = self._watch(listener)
         if self._poll is None and not self._closed:
             self._poll = asyncio.get_running_loop().create_task(self._probe())
-
-        def stop() -> None:
-            if listener in self._watchers:
-                self._watchers.remove(listener)
-
         return stop
 
     async def probe_mailbox(self) -> builtins.list[SessionId]:
@@ -1009,8 +942,7 @@ class SqlitePersistence(ListsHeaders):
         named = sorted(found)
         for sid in named:
             self._tracked[sid] = None  # looked at again while it has rows
-            for listener in tuple(self._watchers):
-                listener(sid)
+            self._tell([sid])
         return named
 
     async def _probe(self) -> None:
@@ -1026,14 +958,6 @@ class SqlitePersistence(ListsHeaders):
         if self._closed:
             return
         await self._settle_writes()
-        for task in (self._heartbeat, self._poll):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        for lease in list(self._held.values()):
-            with contextlib.suppress(SubagentError):
-                await self.release(lease)
-        self._closed = True
+        await self._stop(self._poll)
         await asyncio.get_running_loop().run_in_executor(self._executor, self._conn.close)
         self._executor.shutdown(wait=True)
