@@ -152,12 +152,15 @@ class Lease:
     lease, the old epoch's appends are refused with ``LEASE_LOST`` and write nothing.
     ``mail`` is False when the grant's own transaction saw no mailbox row for the child, so
     the taker need not read the mailbox (DUR-23); True when it may have rows (not known).
+    ``revision`` is the stored log length the grant's own transaction read (None: not
+    read); under the lease no other holder can append, so it stays current for the holder.
     """
 
     session_id: SessionId
     owner: str
     epoch: int
     mail: bool = attrs.field(default=True, eq=False)
+    revision: int | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -452,6 +455,9 @@ class ResumeOptions:
     #: A record the caller has just read with ``inspect``: reused instead of a second read
     #: when it needs no repair and the stored log still has its length (it only grows).
     inspected: SessionRecord | None = attrs.field(default=None, eq=False)
+    #: The stored log length the caller read under the child's lease after ``inspected``
+    #: (``Lease.revision``), so the check that ``inspected`` is current needs no read.
+    stored_revision: int | None = attrs.field(default=None, eq=False)
 
 
 class AgentRegistry(Protocol):
