@@ -307,7 +307,8 @@ class SessionStore(Protocol):
         """``flush`` for a session that may have left the store: called synchronously (in
         an acceptance's span), it resolves True once every event the session holds now is
         durable, False when nothing persists, or fails (DUR-1, DUR-4). A harness shares one
-        write among many commits (group commit)."""
+        write among many commits (group commit), yet each call's awaitable is the caller's
+        own: cancelling it never cancels the shared write (DUR-5)."""
         ...
 
 
