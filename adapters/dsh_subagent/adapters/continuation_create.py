@@ -325,7 +325,8 @@ class Creator:
                 lease = await self._acquire(persistence, child_id, message_id)
                 if isinstance(lease, PostToMailbox):
                     return lease
-                # The grant saw no row: nothing to read (one posted since: the notice below).
+                # The grant saw no row: nothing to read. One posted since is named by the
+                # store's watch (started by ``_grant``), whose pass waits for this lock.
                 mail: list[UserMessage] = []
                 parked = False
                 if lease.mail:
@@ -333,7 +334,9 @@ class Creator:
                 if content is None and not mail and not parked:
                     await self._roll_back(child_id)
                     return None
-                await self._resume(child_id, parent, signal, descriptor, record)
+                await self._resume(
+                    child_id, parent, signal, descriptor, record, revision=lease.revision
+                )
                 if content is not None:  # an exhausted child takes no follow-up (BUDGET-14)
                     self._services.budgets.refuse_exhausted(child_id)
                 self._mailbox.deliver(child_id, mail)  # first, in acceptance order (DUR-23)
@@ -344,7 +347,6 @@ class Creator:
                 )
                 if parked:  # logged by a holder that died before claiming it (DUR-26)
                     self._engine.children[child_id].handle.agent.wake()
-                self._mailbox.notice(child_id)  # mail posted since it was read
                 return accepted
             except BaseException:
                 await self._roll_back(child_id)
@@ -357,8 +359,11 @@ class Creator:
         signal: AbortSignal,
         descriptor: ContinuableDescriptor,
         inspected: SessionRecord,
+        *,
+        revision: int | None,
     ) -> None:
-        """Materialize a resume: only the recorded route, no depth, composition again."""
+        """Materialize a resume: only the recorded route, no depth, composition again;
+        ``revision`` is the stored log length the lease's grant read (None: not read)."""
         route = AgentOptions(provider=descriptor.agent_provider, model=descriptor.agent_model)
         options = ResumeOptions(
             resume_session_id=child_id,
@@ -366,6 +371,7 @@ class Creator:
             signal=signal,
             setup=self._setup,
             inspected=inspected,
+            stored_revision=revision,
         )
 
         def compose(agent: Agent) -> None:

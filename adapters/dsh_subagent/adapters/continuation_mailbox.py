@@ -22,10 +22,13 @@ Theory of operation
 4. Taking over (DUR-23). A cold resume reads the rows after it took the lease, prunes the
    ones its stored log already holds and delivers the rest first, in acceptance order,
    right after materialization (no await between), then its own message. A grant whose
-   own transaction saw no row (``Lease.mail`` False) skips the read; a row posted after
-   the grant is found by the pass the resume schedules once materialized. After an
-   Activation is released, a pass runs again: rows that arrived while it was being torn
-   down make the core resume the child for them (``MailboxArrived`` on an absent child).
+   own transaction saw no row (``Lease.mail`` False) skips the read. A row posted after
+   the grant (or after the read) needs no pass of the resume's own: the child is held here
+   from the grant on and the store is watched from then (``watch``), so the watch names
+   the child for that row, and its pass waits for the child's lock, which the resume holds
+   until the child is resident. After an Activation is released, a pass runs again:
+   rows that arrived while it was being torn down make the core resume the child for
+   them (``MailboxArrived`` on an absent child).
    A store whose release saw no row for the child in its own transaction says so
    (``release`` returns False) and the pass is skipped: a post to a free child writes
    nothing, so no row can come after it.

@@ -10,7 +10,9 @@ Theory of operation
    tick (group commit, DUR-3), so acceptance costs no fsync of its own.
 2. ``confirm`` awaits that future. The caller's signal is no longer consulted (an abort
    while durability is awaited withdraws nothing), and cancelling the awaiting task never
-   cancels the shared write (DUR-5).
+   cancels the shared write (DUR-5): each commit's future is its caller's own
+   (``SessionStore.commit``), so it is awaited as it is, with no shield (one hop less
+   per acknowledgement).
 3. A failed commit raises ``DurabilityFailed`` (``DURABILITY_FAILED``, a ``SubagentError``)
    carrying the message id: the message was accepted by this process and may still be
    delivered, but it is not known to be in the store. Never a silent success. A store that
@@ -83,7 +85,7 @@ def stored(message_id: MessageId, session_id: SessionId) -> Accepted:
 async def confirm(acceptance: Accepted) -> MessageId:
     """The message id, once its session is committed; ``DurabilityFailed`` if not (rules 2-3)."""
     try:
-        await asyncio.shield(acceptance.durable)
+        await acceptance.durable  # the caller's own future (rule 2)
     except Exception as error:
         raise DurabilityFailed(acceptance.message_id, acceptance.session_id, error) from error
     return acceptance.message_id

@@ -152,12 +152,15 @@ class Lease:
     lease, the old epoch's appends are refused with ``LEASE_LOST`` and write nothing.
     ``mail`` is False when the grant's own transaction saw no mailbox row for the child, so
     the taker need not read the mailbox (DUR-23); True when it may have rows (not known).
+    ``revision`` is the stored log length the grant's own transaction read (None: not
+    read); under the lease no other holder can append, so it stays current for the holder.
     """
 
     session_id: SessionId
     owner: str
     epoch: int
     mail: bool = attrs.field(default=True, eq=False)
+    revision: int | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -304,7 +307,8 @@ class SessionStore(Protocol):
         """``flush`` for a session that may have left the store: called synchronously (in
         an acceptance's span), it resolves True once every event the session holds now is
         durable, False when nothing persists, or fails (DUR-1, DUR-4). A harness shares one
-        write among many commits (group commit)."""
+        write among many commits (group commit), yet each call's awaitable is the caller's
+        own: cancelling it never cancels the shared write (DUR-5)."""
         ...
 
 
@@ -452,6 +456,9 @@ class ResumeOptions:
     #: A record the caller has just read with ``inspect``: reused instead of a second read
     #: when it needs no repair and the stored log still has its length (it only grows).
     inspected: SessionRecord | None = attrs.field(default=None, eq=False)
+    #: The stored log length the caller read under the child's lease after ``inspected``
+    #: (``Lease.revision``), so the check that ``inspected`` is current needs no read.
+    stored_revision: int | None = attrs.field(default=None, eq=False)
 
 
 class AgentRegistry(Protocol):

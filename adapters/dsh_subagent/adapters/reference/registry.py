@@ -68,16 +68,21 @@ DISPOSED: CancelCause = CancelCause(CancelKind.DISPOSED)
 
 
 async def _load(
-    persistence: SessionPersistence, session_id: SessionId, inspected: SessionRecord | None
+    persistence: SessionPersistence, session_id: SessionId, options: ResumeOptions
 ) -> SessionRecord:
-    """The repairing load, skipped when ``inspected`` is whole and still current."""
+    """The repairing load, skipped when ``inspected`` is whole and still current (its
+    length is the stored one: read now, or given as ``stored_revision`` under the lease)."""
+    inspected = options.inspected
     if (
         inspected is not None
         and inspected.header.id == session_id
         and open_turn(session_id, inspected.events) is None
-        and await persistence.revision(session_id) == len(inspected.events)
     ):
-        return inspected
+        revision = options.stored_revision
+        if revision is None:
+            revision = await persistence.revision(session_id)
+        if revision == len(inspected.events):
+            return inspected
     return await persistence.load(session_id)
 
 
@@ -176,7 +181,7 @@ class AgentRegistry:
         signal, detach = any_signal(options.signal, self._teardown.signal)
         try:
             record = await race_abort(
-                _load(self.persistence, SessionId(session_id), options.inspected), signal
+                _load(self.persistence, SessionId(session_id), options), signal
             )
         finally:
             detach()

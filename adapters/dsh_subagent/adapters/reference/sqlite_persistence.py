@@ -200,6 +200,9 @@ undecodable text is found, rule 7), its revision and its lease row (``host`` is 
 in a stored lease), so a job costs one read (rule 11)."""
 _LEASE_SQL: Final = LeaseSql.written("?")
 _HAS_MAIL: Final = "SELECT EXISTS (SELECT 1 FROM mailbox WHERE session_id = ?)"
+_REVISION: Final = """SELECT (SELECT COALESCE(MAX(seq), -1) + 1 FROM events WHERE session_id = ?)
+    FROM sessions WHERE id = ?"""
+"""A session's revision, and whether it exists (no row: none stored)."""
 DEFAULT_MAILBOX_POLL: Final = 0.05
 """Seconds between two ``PRAGMA data_version`` probes of a holder watching its mailbox."""
 
@@ -542,10 +545,8 @@ class SqlitePersistence(LeaseHolder):
         sid = require_session_id(session_id)
 
         def job(conn: sqlite3.Connection) -> int | None:
-            query = """SELECT (SELECT COALESCE(MAX(seq), -1) + 1 FROM events WHERE session_id = ?)
-                FROM sessions WHERE id = ?"""
             with _transaction(conn, "BEGIN"):
-                row: tuple[int] | None = conn.execute(query, (sid, sid)).fetchone()
+                row: tuple[int] | None = conn.execute(_REVISION, (sid, sid)).fetchone()
             return None if row is None else row[0]
 
         return await self._run(job, sid)
@@ -800,7 +801,8 @@ class SqlitePersistence(LeaseHolder):
             # A reservation keeps the store's level: it is durable at once (LEASE-4).
             with _lease_transaction(conn, self._level, lowered=not reserve):
                 row = _lease_row(conn, sid)
-                stored = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone()
+                # The revision too: a resume needs no read of its own to trust its inspect.
+                stored = conn.execute(_REVISION, (sid, sid)).fetchone()
                 new = grant(
                     sid,
                     row,
@@ -813,7 +815,8 @@ class SqlitePersistence(LeaseHolder):
                 conn.execute(_LEASE_SQL.grant, grant_values(sid, new))
                 assert conn.execute("SELECT changes()").fetchone()[0] == 1
                 (pending,) = conn.execute(_HAS_MAIL, (sid,)).fetchone()
-            return attrs.evolve(lease_of(sid, new), mail=bool(pending))
+            revision = None if stored is None else stored[0]
+            return attrs.evolve(lease_of(sid, new), mail=bool(pending), revision=revision)
 
         return self._hold(await self._run(job, sid))
 
