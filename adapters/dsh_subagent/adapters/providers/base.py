@@ -230,7 +230,7 @@ class DrivenRun(DisposeOnExit, abc.ABC):
         self._result: asyncio.Future[SubagentResult] = loop.create_future()
         self._disposed: asyncio.Future[None] = loop.create_future()
         self._setup_abort = AbortController()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] | None = None  # made by the first ``_spawn``
         self._start_cancelled = False
         self._fault: BaseException | None = None
         self._release_error: BaseException | None = None
@@ -287,6 +287,8 @@ class DrivenRun(DisposeOnExit, abc.ABC):
 
     def _spawn(self, work: Coroutine[object, object, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
+        if self._tasks is None:
+            self._tasks = set()
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
