@@ -157,7 +157,8 @@ class _Inbox:
     ):
         self._session = session
         self._inserted, self._claimed, self._discarded = inserted, claimed, discarded
-        self._lists: dict[InboxTarget, list[UserMessage]] = {t: [] for t in InboxTarget}
+        # next-turn, next-step: a pair, indexed by ``target is NEXT_STEP`` (no table, no hash)
+        self._lists: tuple[list[UserMessage], list[UserMessage]] = ([], [])
         # Every pending id, for O(1) checks: its list and its logged form (None: encode anew).
         self._where: dict[MessageId, tuple[InboxTarget, JsonValue]] = {}
         for event in session.events[session.header.seed_length or 0 :]:
@@ -180,11 +181,14 @@ class _Inbox:
             raise _corrupt(seq, f"invalid inbox splice: {exc}") from exc
         self._apply(target, start, removed, inserted, ())  # a stored form may carry extras
 
+    def _list(self, target: InboxTarget) -> list[UserMessage]:
+        return self._lists[target is InboxTarget.NEXT_STEP]
+
     def pending(self, target: InboxTarget) -> tuple[UserMessage, ...]:
-        return tuple(self._lists[target])
+        return tuple(self._list(target))
 
     def length(self, target: InboxTarget) -> int:
-        return len(self._lists[target])
+        return len(self._list(target))
 
     def target_of(self, message_id: MessageId) -> InboxTarget | None:
         """The list ``message_id`` is pending in, or None."""
@@ -199,7 +203,7 @@ class _Inbox:
         self, target: InboxTarget, start: int, removed: int, inserted: Sequence[UserMessage]
     ) -> None:
         """Ids stay unique across both lists: O(removed + inserted), never O(pending)."""
-        current = self._lists[target]
+        current = self._list(target)
         if start > len(current) or start + removed > len(current):
             raise invalid("start", "splice range outside the list")
         leaving = {m.id for m in current[start : start + removed]} if inserted else set()
@@ -220,7 +224,7 @@ class _Inbox:
     ) -> list[UserMessage]:
         """Apply a checked splice to the list and to the id index; returns the removed.
         ``logged`` is the splice's frozen ``inserted`` list, or empty (encode anew)."""
-        current = self._lists[target]
+        current = self._list(target)
         removed = current[start : start + count]
         current[start : start + count] = inserted
         for message in removed:
@@ -239,7 +243,7 @@ class _Inbox:
         canceled: bool,
     ) -> list[UserMessage]:
         """Log, apply, then notify one mutation; returns the removed messages."""
-        current = self._lists[target]
+        current = self._list(target)
         count = min(count, len(current) - start)
         if count == 0 and not inserted:
             return []
@@ -271,8 +275,8 @@ class _Inbox:
     ) -> tuple[tuple[UserMessage, ...], tuple[JsonValue, ...]]:
         """Remove the step's batch: all next-step input, plus one next-turn item if asked;
         with each message's logged form (None: encode it anew)."""
-        step_items = self._lists[InboxTarget.NEXT_STEP]
-        batch = [*step_items, *self._lists[InboxTarget.NEXT_TURN][:1]] if with_turn else step_items
+        step_items = self._list(InboxTarget.NEXT_STEP)
+        batch = [*step_items, *self._list(InboxTarget.NEXT_TURN)[:1]] if with_turn else step_items
         logged = tuple(self._where[message.id][1] for message in batch)
         claimed = self.splice(InboxTarget.NEXT_STEP, 0, len(step_items), canceled=False)
         if with_turn:
@@ -284,7 +288,7 @@ class _Inbox:
     def clear(self) -> None:
         """Durably cancel everything pending, next-step before next-turn (HARNESS-5)."""
         for target in (InboxTarget.NEXT_STEP, InboxTarget.NEXT_TURN):
-            self.splice(target, 0, len(self._lists[target]), canceled=True)
+            self.splice(target, 0, len(self._list(target)), canceled=True)
 
 
 _MESSAGE_SENT: Final = {
