@@ -598,6 +598,30 @@ def test_harness_9_turn_shape_with_tool_step() -> None:
     run(main)
 
 
+def test_harness_9_user_message_shares_the_form_its_splice_logged() -> None:
+    """A claimed message's ``user/message`` carries the very frozen message its inserting
+    splice logged (one copy in memory); a message replayed from the log is encoded anew."""
+
+    async def main() -> None:
+        agent, _ = make_agent([reply("one")])
+        first, second = msg("a"), msg("b")
+        agent.followup(first)
+        await agent.when_idle()
+        events = agent.session.events
+        splice = next(e for e in events if e.type == INBOX_SPLICED)
+        claimed = next(e for e in events if e.type == USER_MESSAGE)
+        assert claimed.data == wire.user_message_data(first)
+        assert claimed.data["message"] is splice.data["inserted"][0]  # type: ignore[call-overload,index]
+        agent.send(second, InboxTarget.NEXT_TURN, False)  # pending, then replayed by a twin
+        twin = ReferenceAgent(agent.session, model=ScriptedModel([reply("two")]))
+        twin.wake()
+        await twin.when_idle()
+        replayed = [e for e in twin.session.events if e.type == USER_MESSAGE][-1]
+        assert replayed.data == wire.user_message_data(second)
+
+    run(main)
+
+
 def test_harness_9_concluding_tool_ends_the_turn() -> None:
     async def main() -> None:
         async def final(args: object, signal: AbortSignal) -> ToolOutcome:

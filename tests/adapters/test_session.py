@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dsh_subagent.adapters import clock
 from dsh_subagent.adapters.frozen_json import FrozenDict
 from dsh_subagent.adapters.protocols import Lease, SessionMeta, SessionRecord, SessionSnapshot
 from dsh_subagent.adapters.reference.session import (
@@ -79,6 +80,19 @@ def test_harness_20_append_assigns_seq_and_time_and_freezes_data() -> None:
         event.data["items"].append(3)  # type: ignore[union-attr]
     assert session.events == (event,)
     assert session.events is session.events
+
+
+def test_harness_20_default_clock_is_whole_milliseconds_one_float_per_millisecond(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [1_700_000_000_123_456_789]
+    monkeypatch.setattr("dsh_subagent.adapters.clock.time.time_ns", lambda: now[0])
+    first = clock.epoch_ms()
+    assert first == 1_700_000_000_123.0
+    now[0] += 500_000  # the same millisecond: the same float
+    assert clock.epoch_ms() is first
+    now[0] += 600_000  # the next one
+    assert clock.epoch_ms() == 1_700_000_000_124.0
 
 
 @pytest.mark.parametrize(

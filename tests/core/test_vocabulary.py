@@ -287,6 +287,8 @@ def test_harness_10_splice_and_message_event_shapes() -> None:
     assert cancel["removedCount"] == 2
     assert cancel["outcome"] == "canceled"
     assert wire.user_message_data(msg) == {"message": wire.encode_message(msg)}
+    logged = wire.splice_data("next-turn", 0, inserted=[msg])["inserted"][0]  # type: ignore[index]
+    assert wire.user_message_data(msg, logged)["message"] is logged  # shared, not re-encoded
     assert wire.assistant_chunk_data("x") == {"chunk": "x"}
     assert wire.assistant_message_data((TextBlock("a"),), refusal=True) == {
         "message": {"content": [{"type": "text", "text": "a"}]},

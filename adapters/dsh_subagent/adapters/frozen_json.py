@@ -13,7 +13,8 @@ Theory of operation
    validated and frozen all the way down, so freezing it again returns it as it is, in O(1):
    a fork seed taken from a parent's log, a re-appended payload or a cached decoded one cost
    nothing. A hand-built ``FrozenDict`` is walked like any other mapping.
-4. The empty object is one shared certified instance (immutable, so sharing is safe).
+4. The empty object and the empty array are each one shared certified instance (immutable,
+   so sharing is safe): an empty payload part costs no allocation per event.
 5. ``freeze_json`` is iterative (an explicit stack of open containers): any depth is frozen
    without recursion. ``freeze_content`` freezes the data blocks of content the boundary
    validated (``core.limits.check_content``), so a caller's later mutation changes nothing;
@@ -70,6 +71,7 @@ class _CheckedDict(FrozenDict):
 
 
 EMPTY: Final[FrozenDict] = _CheckedDict()
+_EMPTY_LIST: Final[FrozenList] = _CheckedList()
 
 
 def _container(value: object) -> bool:
@@ -151,6 +153,8 @@ def _fast_frozen(value: object, depth: int) -> JsonValue:
                 copied[key] = _fast_frozen(sub, depth + 1)
         return _CheckedDict(copied)
     if type(value) is list or type(value) is tuple or type(value) is FrozenList:
+        if not value:
+            return _EMPTY_LIST
         return _CheckedList([_fast_frozen(sub, depth + 1) for sub in value])
     raise _Unusual
 

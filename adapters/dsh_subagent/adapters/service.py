@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -154,6 +153,20 @@ _RUN_EVENTS: Final = (SUBAGENT_START, SUBAGENT_END)
 class _Subscription:
     listener: Listener = attrs.field(eq=False)
     parent: SessionId | None
+
+
+class _ResultObserver:
+    """The done callback that reports one run's result to the observer (one slotted
+    object per run in flight, instead of a partial over a bound method)."""
+
+    __slots__ = ("_run_id", "_service")
+
+    def __init__(self, service: SubagentService, run_id: RunId) -> None:
+        self._service = service
+        self._run_id = run_id
+
+    def __call__(self, result: asyncio.Future[SubagentResult]) -> None:
+        self._service._on_result(self._run_id, result)
 
 
 def _parent_of(payload: LifecyclePayload) -> SessionId | None:
@@ -359,7 +372,7 @@ class SubagentService:
             match effect:
                 case ObserveResult(run_id=run_id):
                     run = self._observed_runs.pop(run_id)
-                    run.result.add_done_callback(functools.partial(self._on_result, run_id))
+                    run.result.add_done_callback(_ResultObserver(self, run_id))
                 case EmitRunStart(info=info):
                     self._emit(SUBAGENT_START, info)
                 case EmitRunEnd(info=info):

@@ -224,9 +224,10 @@ def turn_end_reason(data: JsonValue) -> TurnEndReason:
     raise _corrupt("turn/end.reason", f"unknown turn end reason in {data!r}")
 
 
-def user_message_data(message: UserMessage) -> JsonObject:
-    """``user/message`` payload."""
-    return {"message": encode_message(message)}
+def user_message_data(message: UserMessage, encoded: JsonValue = None) -> JsonObject:
+    """``user/message`` payload; ``encoded`` is the message's form already logged (by its
+    inbox splice), shared instead of encoding the message again."""
+    return {"message": encode_message(message) if encoded is None else encoded}
 
 
 def assistant_chunk_data(chunk: str) -> JsonObject:

@@ -222,9 +222,9 @@ class DrivenRun(DisposeOnExit, abc.ABC):
         self._ids = EventIds(f"{run_key}#")
         loop = asyncio.get_running_loop()
         self._result: asyncio.Future[SubagentResult] = loop.create_future()
-        self._disposed: asyncio.Future[None] = loop.create_future()
+        self._disposed: asyncio.Future[None] | None = None  # made on first use (``_disposal``)
         self._setup_abort = AbortController()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] | None = None  # made by the first ``_spawn``
         self._start_cancelled = False
         self._fault: BaseException | None = None
         self._release_error: BaseException | None = None
@@ -239,6 +239,11 @@ class DrivenRun(DisposeOnExit, abc.ABC):
     def dispose(self) -> asyncio.Future[None]:
         """Request disposal (a repeat is a no-op) and return the memoized completion."""
         self._apply(oneshot.DisposeRequested(self._next_id()))
+        return self._disposal()
+
+    def _disposal(self) -> asyncio.Future[None]:
+        if self._disposed is None:
+            self._disposed = asyncio.get_running_loop().create_future()
         return self._disposed
 
     @property
@@ -273,22 +278,22 @@ class DrivenRun(DisposeOnExit, abc.ABC):
             case oneshot.CompleteDispose(release_failure=failure):
                 self._remove_abort()
                 if failure is None:
-                    self._disposed.set_result(None)
+                    self._disposal().set_result(None)
                 else:
-                    self._disposed.set_exception(self._release_error or RuntimeError(failure))
+                    self._disposal().set_exception(self._release_error or RuntimeError(failure))
             case _:
                 assert_never(effect)
 
     def _spawn(self, work: Coroutine[object, object, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
+        if self._tasks is None:
+            self._tasks = set()
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _publish(self, setup: Awaitable[None]) -> None:
         """Await the unpublished ``setup`` under the signal; publish on success, else reject."""
-        self._remove_abort = self._request.signal.add_listener(
-            lambda _reason: self._apply(oneshot.StartAborted(self._next_id()))
-        )
+        self._remove_abort = self._request.signal.add_listener(self._on_abort)
         try:
             await setup
         except BaseException as error:
@@ -298,6 +303,9 @@ class DrivenRun(DisposeOnExit, abc.ABC):
                 raise aborted_before_publication() from error
             raise
         self._apply(oneshot.ChildPublished(self._next_id()))
+
+    def _on_abort(self, _reason: object) -> None:
+        self._apply(oneshot.StartAborted(self._next_id()))
 
     def _settle(self, result: SubagentResult) -> None:
         self._apply(oneshot.ResultSettled(self._next_id(), result))

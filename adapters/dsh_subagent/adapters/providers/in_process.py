@@ -13,8 +13,10 @@ Theory of operation
    seed (POLICY-3), ``apply_child_composition`` (DRIVER-7), the structured-output capture when
    a schema was requested (STRUCT), the child's budget node when one was carved (BUDGET-12),
    and the hook appending the one-shot descriptor at the
-   child's first entered step, inside its initial turn (DESC-12). A host setup contribution,
-   if configured, is awaited last, raced against the signal.
+   child's first entered step, inside its initial turn (DESC-12); its frozen payload is
+   shared by the children of equal descriptors (a small cache: one copy per provider and
+   label). A host setup contribution, if configured, is awaited last, raced against the
+   signal.
 3. Drive (DRIVER-3): an abort cancels the child with cause ``parent``; unless the run was
    already cancelled during the handoff, the prompt goes in as a follow-up from the user and
    the run waits for the child to be idle. The result is read from the child's own events
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -40,6 +43,7 @@ from typing import Final
 import attrs
 
 from dsh_subagent.adapters.child_composition import apply_child_composition
+from dsh_subagent.adapters.frozen_json import freeze_checked
 from dsh_subagent.adapters.protocols import (
     Agent,
     AgentHandle,
@@ -82,6 +86,7 @@ from dsh_subagent.core.values import (
     CancelKind,
     JsonObject,
     JsonValue,
+    OneShotDescriptor,
     Origin,
     SessionEvent,
     SessionId,
@@ -104,6 +109,13 @@ STRUCTURED_INSTRUCTION: Final = (
 )
 STRUCTURED_ACK: Final = "Structured output recorded."
 PARENT_CANCEL: Final = CancelCause(CancelKind.PARENT)
+
+
+@functools.lru_cache(maxsize=64)
+def _descriptor_payload(descriptor: OneShotDescriptor) -> JsonValue:
+    """The frozen ``subagent/descriptor`` payload, one copy per distinct descriptor (rule 2)."""
+    return freeze_checked(descriptor_to_payload(descriptor), "descriptor")
+
 
 ChildSetup = Callable[[Agent, AbortSignal], Awaitable[None]]
 """A host contribution awaited in the child's unpublished creation window."""
@@ -273,7 +285,7 @@ class InProcessRun(DrivenRun):
             self._capture = StructuredCapture(child, session, core.output_schema)
         if self._request.budget is not None:
             self._request.budget.attach(child)
-        payload = descriptor_to_payload(self._request.descriptor)
+        payload = _descriptor_payload(self._request.descriptor)
 
         def append_descriptor(_entering: StepEntering) -> None:
             stop_listening()

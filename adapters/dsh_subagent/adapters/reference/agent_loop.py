@@ -143,7 +143,8 @@ class _Inbox:
 
     It holds the agent's three inbox emitters, never the agent: no reference cycle, so a
     disposed agent and its log are freed by reference counting, not by the cyclic GC.
-    Slotted: one per live agent."""
+    Slotted: one per live agent. Each pending id keeps the frozen wire form its inserting
+    splice logged, so the claim's ``user/message`` shares it instead of a second copy."""
 
     __slots__ = ("_claimed", "_discarded", "_inserted", "_lists", "_session", "_where")
 
@@ -156,8 +157,10 @@ class _Inbox:
     ):
         self._session = session
         self._inserted, self._claimed, self._discarded = inserted, claimed, discarded
-        self._lists: dict[InboxTarget, list[UserMessage]] = {t: [] for t in InboxTarget}
-        self._where: dict[MessageId, InboxTarget] = {}  # every pending id, for O(1) checks
+        # next-turn, next-step: a pair, indexed by ``target is NEXT_STEP`` (no table, no hash)
+        self._lists: tuple[list[UserMessage], list[UserMessage]] = ([], [])
+        # Every pending id, for O(1) checks: its list and its logged form (None: encode anew).
+        self._where: dict[MessageId, tuple[InboxTarget, JsonValue]] = {}
         for event in session.events[session.header.seed_length or 0 :]:
             if event.type == INBOX_SPLICED:
                 self._replay(event.seq, event.data)
@@ -176,17 +179,21 @@ class _Inbox:
             self._check(target, start, removed, inserted)
         except (SubagentError, ValueError) as exc:
             raise _corrupt(seq, f"invalid inbox splice: {exc}") from exc
-        self._apply(target, start, removed, inserted)
+        self._apply(target, start, removed, inserted, ())  # a stored form may carry extras
+
+    def _list(self, target: InboxTarget) -> list[UserMessage]:
+        return self._lists[target is InboxTarget.NEXT_STEP]
 
     def pending(self, target: InboxTarget) -> tuple[UserMessage, ...]:
-        return tuple(self._lists[target])
+        return tuple(self._list(target))
 
     def length(self, target: InboxTarget) -> int:
-        return len(self._lists[target])
+        return len(self._list(target))
 
     def target_of(self, message_id: MessageId) -> InboxTarget | None:
         """The list ``message_id`` is pending in, or None."""
-        return self._where.get(message_id)
+        where = self._where.get(message_id)
+        return None if where is None else where[0]
 
     @property
     def has_pending(self) -> bool:
@@ -196,7 +203,7 @@ class _Inbox:
         self, target: InboxTarget, start: int, removed: int, inserted: Sequence[UserMessage]
     ) -> None:
         """Ids stay unique across both lists: O(removed + inserted), never O(pending)."""
-        current = self._lists[target]
+        current = self._list(target)
         if start > len(current) or start + removed > len(current):
             raise invalid("start", "splice range outside the list")
         leaving = {m.id for m in current[start : start + removed]} if inserted else set()
@@ -208,16 +215,22 @@ class _Inbox:
             arriving.add(message.id)
 
     def _apply(
-        self, target: InboxTarget, start: int, count: int, inserted: Sequence[UserMessage]
+        self,
+        target: InboxTarget,
+        start: int,
+        count: int,
+        inserted: Sequence[UserMessage],
+        logged: Sequence[JsonValue],
     ) -> list[UserMessage]:
-        """Apply a checked splice to the list and to the id index; returns the removed."""
-        current = self._lists[target]
+        """Apply a checked splice to the list and to the id index; returns the removed.
+        ``logged`` is the splice's frozen ``inserted`` list, or empty (encode anew)."""
+        current = self._list(target)
         removed = current[start : start + count]
         current[start : start + count] = inserted
         for message in removed:
             del self._where[message.id]
-        for message in inserted:
-            self._where[message.id] = target
+        for index, message in enumerate(inserted):
+            self._where[message.id] = (target, logged[index] if logged else None)
         return removed
 
     def splice(
@@ -230,18 +243,22 @@ class _Inbox:
         canceled: bool,
     ) -> list[UserMessage]:
         """Log, apply, then notify one mutation; returns the removed messages."""
-        current = self._lists[target]
+        current = self._list(target)
         count = min(count, len(current) - start)
         if count == 0 and not inserted:
             return []
         self._check(target, start, count, inserted)
-        self._session.append(
+        event = self._session.append(
             INBOX_SPLICED,
             wire.splice_data(
                 target.value, start, removed_count=count, inserted=inserted, canceled=canceled
             ),
         )
-        removed = self._apply(target, start, count, inserted)
+        data = event.data
+        logged = data.get("inserted") if isinstance(data, Mapping) else None
+        if not isinstance(logged, Sequence) or len(logged) != len(inserted):
+            logged = ()  # not the shape just logged: encode anew at the claim
+        removed = self._apply(target, start, count, inserted, logged)
         for message in removed if canceled else ():
             self._notify(self._discarded, message, None)
         for message in inserted:
@@ -253,20 +270,25 @@ class _Inbox:
     ) -> None:
         emitter.emit(InboxNotification(self._session.id, message, turn))
 
-    def claim(self, with_turn: bool, turn: int) -> tuple[UserMessage, ...]:
-        """Remove the step's batch: all next-step input, plus one next-turn item if asked."""
-        step_items = self._lists[InboxTarget.NEXT_STEP]
+    def claim(
+        self, with_turn: bool, turn: int
+    ) -> tuple[tuple[UserMessage, ...], tuple[JsonValue, ...]]:
+        """Remove the step's batch: all next-step input, plus one next-turn item if asked;
+        with each message's logged form (None: encode it anew)."""
+        step_items = self._list(InboxTarget.NEXT_STEP)
+        batch = [*step_items, *self._list(InboxTarget.NEXT_TURN)[:1]] if with_turn else step_items
+        logged = tuple(self._where[message.id][1] for message in batch)
         claimed = self.splice(InboxTarget.NEXT_STEP, 0, len(step_items), canceled=False)
         if with_turn:
             claimed += self.splice(InboxTarget.NEXT_TURN, 0, 1, canceled=False)
         for message in claimed:
             self._notify(self._claimed, message, turn)
-        return tuple(claimed)
+        return tuple(claimed), logged
 
     def clear(self) -> None:
         """Durably cancel everything pending, next-step before next-turn (HARNESS-5)."""
         for target in (InboxTarget.NEXT_STEP, InboxTarget.NEXT_TURN):
-            self.splice(target, 0, len(self._lists[target]), canceled=True)
+            self.splice(target, 0, len(self._list(target)), canceled=True)
 
 
 _MESSAGE_SENT: Final = {
@@ -361,7 +383,9 @@ class ReferenceAgent:
         self._turn_number = _last_turn(session)
         self._abort: AbortController | None = None  # the current activity's (or the last one's)
         self._activity: asyncio.Future[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        # The running driver's task, kept from the collector; a new driver starts only once
+        # the previous one has finished (its last step), so one reference is enough.
+        self._driver: asyncio.Task[None] | None = None
         self._meter: StepMeter | None = None
 
     def install_meter(self, meter: StepMeter) -> Unsubscribe:
@@ -418,9 +442,7 @@ class ReferenceAgent:
                 self._dispatch(_WAKE_REQUESTED[after_abort])
             case StartDriver():
                 done = self._begin_activity()
-                task = asyncio.get_running_loop().create_task(self._drive(done))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._driver = asyncio.get_running_loop().create_task(self._drive(done))
             case StartMaintenance():
                 self._begin_activity()
             case EmitStatus(status=status):
@@ -554,7 +576,7 @@ class ReferenceAgent:
             while True:
                 signal.throw_if_aborted()
                 step = steps + 1
-                claimed = self._inbox.claim(first, turn)
+                claimed, logged = self._inbox.claim(first, turn)
                 if self._pre_step is not None:
                     entered = await race_abort(self._pre_step(claimed, turn, step, signal), signal)
                     signal.throw_if_aborted()
@@ -572,8 +594,9 @@ class ReferenceAgent:
                 self.session.append(STEP_START, {})
                 steps = step
                 try:
-                    for message in claimed:
-                        self.session.append(USER_MESSAGE, wire.user_message_data(message))
+                    for message, encoded in zip(claimed, logged, strict=True):
+                        data = wire.user_message_data(message, encoded)
+                        self.session.append(USER_MESSAGE, data)
                     step_end = await self._step(turn, step, signal, grant)
                     if ends is not TurnEndReason.MAX_TOKENS:
                         ends = step_end
@@ -612,11 +635,17 @@ class ReferenceAgent:
                 raise
             return (exc.field or "budget").removeprefix("budget.")
 
-    async def _ask(self, request: ModelRequest, grant: StepGrant | None) -> ModelStep:
-        """The model's answer, settling the grant either way (rule 6)."""
+    def _ask(self, request: ModelRequest, grant: StepGrant | None) -> Awaitable[ModelStep]:
+        """The model's answer, settling the grant either way (rule 6); unmetered, the
+        model's own awaitable (no coroutine frame of ours while the model works)."""
         meter = self._meter  # the meter that admitted it settles it, even if removed since
         if grant is None or meter is None:
-            return await abortable(self._model.step(request), request.signal)
+            return abortable(self._model.step(request), request.signal)
+        return self._ask_metered(request, grant, meter)
+
+    async def _ask_metered(
+        self, request: ModelRequest, grant: StepGrant, meter: StepMeter
+    ) -> ModelStep:
         try:
             result = await abortable(self._model.step(request), request.signal)
         except BaseException:
