@@ -1,9 +1,12 @@
-"""Deep chains through the continuation manager: no recursion over depth, no limit raised.
+"""Deep chains and wide trees through the continuation manager: no recursion over depth,
+no limit raised, a bounded teardown window.
 
 A chain of continuable children, each started while its parent's model step is held (as a
 delegating tool would), is built at 2,000 deep in the default suite and at 10,000 in the
 ``soak`` run (``DSH_SOAK=1``). The leaf runs a follow-up; the whole drain releases the chain
-child-first. Nothing here times anything.
+child-first. A wide tree wider than the teardown window drains child-first with at most
+``TEARDOWN_WINDOW`` children between their final flush and their release at once. Nothing
+here times anything.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 
 import pytest
 
+from dsh_subagent.adapters.continuation_engine import TEARDOWN_WINDOW
 from dsh_subagent.adapters.continuation_types import Identities, LineageView
 from dsh_subagent.adapters.protocols import ModelRequest, ModelStep
 from dsh_subagent.adapters.reference.scripted_model import reply
@@ -109,6 +113,46 @@ def test_tear_3_soak_10000_deep_chain_starts_follows_up_at_the_leaf_and_drains_c
     None
 ):
     _deep_chain_starts_follows_up_at_the_leaf_and_drains_child_first(10_000)
+
+
+def test_tear_3_wide_drain_releases_child_first_through_a_bounded_window() -> None:
+    width = 2 * TEARDOWN_WINDOW + 5
+    ids = [f"c{n}" for n in range(width)]
+
+    async def main() -> None:
+        h = ChainHarness("no leaf")
+        h.chain_model.expected = width + 1
+        parent = await h.start(await h.root(), "p")
+        for child_id in ids:
+            await h.start(parent, child_id)
+        await h.chain_model.all_held.wait()
+
+        flushing: set[str] = set()
+        peak = 0
+        disposed: list[str] = []
+
+        def flushed(session: object) -> None:
+            nonlocal peak
+            child_id = getattr(session, "id", "")
+            if child_id in ids and child_id not in disposed:
+                flushing.add(child_id)
+                peak = max(peak, len(flushing))
+
+        def released(agent: object) -> None:
+            child_id = getattr(agent, "id", "")
+            flushing.discard(child_id)
+            disposed.append(child_id)
+
+        h.store.on_flush(flushed)
+        h.agents.disposed.subscribe(released)
+        await h.manager.drain()
+        assert sorted(disposed[:-1]) == sorted(ids)
+        assert disposed[-1] == "p"
+        assert [end.start.child_id for end in h.ends()][-1] == "p"
+        assert len(h.ends()) == width + 1
+        assert 1 < peak <= TEARDOWN_WINDOW
+
+    run(main)
 
 
 class _Header:

@@ -20,11 +20,19 @@ Theory of operation
    report, DESIGN decision 1); ``DisposeHandle`` after a flush captures the epoch facts
    (EVT-10, EVT-11) while the child is registered, disposes the handle and reports
    ``DisposalFinished`` with the failed boundaries (TEAR-5); the flush's own task carries
-   that release on, so one task serves a child's whole teardown. A ``DisposeHandle`` from a
-   rollback only disposes (TEAR-7). The release future of a child resolves with its combined
-   teardown failure (or None) when its end edge is performed. After the handle's disposal
-   the child's store lease is given up (``release_lease``, LEASE-6): an Activation holds it
-   from its grant to its release; a release that fails is logged and the lease expires.
+   that release on, so one task serves a child's whole teardown. At most ``TEARDOWN_WINDOW``
+   teardown tasks run at once; the other flushes wait in the order the core asked for them
+   and start as earlier teardowns end (the core's child-first order is kept: a parent's
+   flush is asked for only after its children's releases). In a wide drain, what each child
+   holds across an ``await`` then lives through a window's worth of allocations, not through
+   every sibling's, and is not promoted to the collector's oldest generation (a wave of all
+   N at once ran several full collections of the whole tree per drain at 10,000 children).
+   A cancelled teardown task (the loop's end) cancels the queued ones with it. A
+   ``DisposeHandle`` from a rollback only disposes (TEAR-7). The release future of a child
+   resolves with its combined teardown failure (or None) when its end edge is performed.
+   After the handle's disposal the child's store lease is given up (``release_lease``,
+   LEASE-6): an Activation holds it from its grant to its release; a release that fails is
+   logged and the lease expires.
    The disposal's cancel splice (whatever the idle child's inbox still holds, such as a
    settlement notice) is made right before the final flush, as ``FlushSession`` orders, so
    the flush's one commit carries the log tail and its discards (DUR-4). A write that raises
@@ -45,6 +53,7 @@ import asyncio
 import enum
 import itertools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias, assert_never
 
@@ -128,6 +137,9 @@ WRITE_ATTEMPTS = 3
 """How often a teardown write of a child's log (the final flush, the disposal's tail) is
 tried before its failure stands (rule 4, DUR-4)."""
 
+TEARDOWN_WINDOW = 64
+"""How many children's teardowns run at once; the rest wait in the core's order (rule 4)."""
+
 LifecycleInfo: TypeAlias = RunStartInfo | RunEndInfo
 Emit = Callable[[str, LifecycleInfo], None]
 
@@ -210,6 +222,9 @@ class Engine:
         self._tasks: set[asyncio.Future[Any]] = set()
         #: Settlement notices sent and not yet stored, by the child that settled (rule 5).
         self._notices: dict[SessionId, Accepted] = {}
+        #: Flushes the core asked for that wait for a place in the teardown window (rule 4).
+        self._queued: deque[LiveChild] = deque()
+        self._flushing = 0
 
     def event_id(self) -> EventId:
         return EventId(f"ev-{next(self._event_ids)}")
@@ -243,7 +258,8 @@ class Engine:
                 case FlushSession(child_id=child_id):
                     live = self.children[child_id]
                     self.tracing.teardown_begin(child_id, live.parent_session)
-                    self._spawn(self._flush(live))
+                    self._queued.append(live)
+                    self._start_flushes()
                 case ReportDurabilityFailed(report=report):
                     extra = self.children[report.child_id].fields()
                     _log.warning("%s: %s", report.code.value, report.message, extra=extra)
@@ -450,7 +466,26 @@ class Engine:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _start_flushes(self) -> None:
+        """Start the queued teardowns, in the core's order, while the window has room."""
+        while self._queued and self._flushing < TEARDOWN_WINDOW:
+            self._flushing += 1
+            self._spawn(self._flush(self._queued.popleft()))
+
     async def _flush(self, live: LiveChild) -> None:
+        """One child's teardown; its place in the window then goes to the next (rule 4)."""
+        try:
+            await self._teardown(live)
+        except asyncio.CancelledError:
+            # Only the loop's end or ``settle_tasks``' cancelled awaiter cancels a teardown,
+            # and either cancels them all: the queued ones are cancelled with it.
+            self._queued.clear()
+            raise
+        finally:
+            self._flushing -= 1
+            self._start_flushes()
+
+    async def _teardown(self, live: LiveChild) -> None:
         """Quiesce, the disposal's cancel, the final flush, then the release (TEAR-2 steps
         6-9, rule 4)."""
         agent = live.handle.agent
