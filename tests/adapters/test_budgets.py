@@ -30,10 +30,11 @@ from dsh_subagent.adapters.signals import AbortController, AbortSignal
 from dsh_subagent.adapters.tools.control import render_entry
 from dsh_subagent.adapters.tools.subagent_config import SubagentToolConfig
 from dsh_subagent.core.budget import Budget
-from dsh_subagent.core.budget_log import BUDGET_CHARGED, BUDGET_SET, fold_budget
+from dsh_subagent.core.budget_log import BUDGET_CHARGED, BUDGET_SET, CHARGED, fold_budget
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.listing import ChildRow
 from dsh_subagent.core.values import (
+    ASSISTANT_MESSAGE,
     TURN_END,
     AgentOptions,
     JsonObject,
@@ -48,6 +49,12 @@ ModelFor = Callable[[object, object], object]
 
 def turn_ends(events: tuple[SessionEvent, ...]) -> list[object]:
     return [event.data for event in events if event.type == TURN_END]
+
+
+def charges(events: tuple[SessionEvent, ...]) -> int:
+    """The charged requests: each answer carries its charge, no record of its own."""
+    assert not [e for e in events if e.type == BUDGET_CHARGED]
+    return sum(e.type == ASSISTANT_MESSAGE and CHARGED in e.data for e in events)  # type: ignore[operator]
 
 
 def dump(events: tuple[SessionEvent, ...]) -> str:
@@ -245,7 +252,7 @@ def test_budget_15_a_budget_and_its_consumption_survive_a_restart(tmp_path: Path
             assert refused.value.code is ErrorCode.BUDGET_EXHAUSTED
             sets = [e.data for e in child.session.events if e.type == BUDGET_SET]
             assert sets == [{"model_requests": 2, "input_tokens": 100}]
-            assert sum(e.type == BUDGET_CHARGED for e in child.session.events) == 2
+            assert charges(child.session.events) == 2
 
     child_id = asyncio.run(first())
     asyncio.run(second(child_id))
@@ -274,7 +281,7 @@ def test_budget_15_a_child_sharing_its_parents_budget_is_charged_there_across_a_
             harness.service.raise_budget(started.child_id, Budget())  # nothing to raise
             assert harness.service.remaining_budget(parent.id) == Budget(model_requests=4)
             assert not [e for e in child.session.events if e.type == BUDGET_SET]
-            assert sum(e.type == BUDGET_CHARGED for e in child.session.events) == 1
+            assert charges(child.session.events) == 1
             return started.child_id
 
     async def second(child_id: SessionId) -> None:
@@ -363,6 +370,43 @@ def test_budget_17_usage_is_optional_and_max_tokens_reaches_every_request() -> N
             await parent.when_idle()
             assert [r.max_tokens for r in metered.requests] == [77]  # uncapped output
             assert [r.max_tokens for r in unmetered.requests] == [None]
+
+    asyncio.run(main())
+
+
+def test_budget_15_a_request_with_no_recorded_answer_is_charged_in_a_record_of_its_own() -> None:
+    controller = AbortController()
+
+    async def failing(request: ModelRequest) -> ModelStep:
+        raise RuntimeError("model down")
+
+    async def aborting(request: ModelRequest) -> ModelStep:
+        controller.abort("stop")  # answered, but the run was aborted meanwhile
+        return ModelStep(content=(), usage=Usage(3, 2))
+
+    async def charged_for(model: FunctionModel, stop: AbortSignal) -> tuple[SessionEvent, ...]:
+        async with ReferenceHarness.open(by_parent(NullModel(), lambda: model)) as harness:  # type: ignore[arg-type]
+            parent = await harness.create_agent("parent", budget=Budget(output_tokens=100))
+            request = StartRequest("go", parent, stop, budget=Budget(model_requests=4))
+            run = await harness.service.start("spawn", request)
+            async with run:
+                assert (await run.result).stop_reason is not KnownStop.COMPLETED
+                assert run.local_agent is not None
+                return run.local_agent.session.events
+
+    async def main() -> None:
+        failed = await charged_for(FunctionModel(failing), signal())
+        # A failed request is charged its whole grant: 1 request, 1 input, 100 output.
+        assert [e.data for e in failed if e.type == BUDGET_CHARGED] == [
+            {"model_requests": 1, "input_tokens": 1, "output_tokens": 100}
+        ]
+        assert fold_budget(failed).consumed.as_tuple() == (1, 1, 100)
+        aborted = await charged_for(FunctionModel(aborting), controller.signal)
+        assert not [e for e in aborted if e.type == ASSISTANT_MESSAGE]
+        # Aborted after the answer came: its reported usage, recorded though the answer is not.
+        assert [e.data for e in aborted if e.type == BUDGET_CHARGED] == [
+            {"model_requests": 1, "input_tokens": 3, "output_tokens": 2}
+        ]
 
     asyncio.run(main())
 

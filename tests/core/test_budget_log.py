@@ -1,4 +1,5 @@
-"""Tree budgets in a child's log: ``budget/set``, ``budget/charged`` and the fold."""
+"""Tree budgets in a child's log: ``budget/set``, the charges (``budget/charged``, an answer's
+``charged``) and the fold."""
 
 from __future__ import annotations
 
@@ -18,7 +19,14 @@ from dsh_subagent.core.budget_log import (
     stored_remaining,
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError
-from dsh_subagent.core.values import TURN_END, JsonValue, SessionEvent, TurnEndReason
+from dsh_subagent.core.values import (
+    ASSISTANT_MESSAGE,
+    TURN_END,
+    JsonValue,
+    SessionEvent,
+    TextBlock,
+    TurnEndReason,
+)
 
 
 def log(*items: tuple[str, JsonValue]) -> list[SessionEvent]:
@@ -40,6 +48,38 @@ def test_budget_15_caps_and_charges_fold_from_the_log() -> None:
     assert fold_budget([]) == BudgetRecord()
 
 
+def answer(charged: JsonValue | None) -> tuple[str, JsonValue]:
+    return (ASSISTANT_MESSAGE, wire.assistant_message_data((TextBlock("ok"),), charged=charged))  # type: ignore[arg-type]
+
+
+def test_budget_15_a_charge_carried_by_its_answer_folds_like_an_old_budget_charged_record() -> None:
+    caps = budget_data(Budget(model_requests=9))
+    # The log format before the charge moved into the answer: one record per request.
+    old = log(
+        (BUDGET_SET, caps),
+        (ASSISTANT_MESSAGE, wire.assistant_message_data((TextBlock("ok"),))),
+        (BUDGET_CHARGED, charged_data(Amounts(1, 10, 3))),
+        (ASSISTANT_MESSAGE, wire.assistant_message_data((TextBlock("ok"),))),
+        (BUDGET_CHARGED, charged_data(Amounts(1, 5, 2))),
+    )
+    new = log(
+        (BUDGET_SET, caps),
+        answer(charged_data(Amounts(1, 10, 3))),
+        answer(charged_data(Amounts(1, 5, 2))),
+    )
+    mixed = log(  # an old log continued by this version; a failed request's own record
+        (BUDGET_SET, caps),
+        (BUDGET_CHARGED, charged_data(Amounts(1, 10, 3))),
+        answer(charged_data(Amounts(1, 5, 2))),
+        (BUDGET_CHARGED, charged_data(Amounts(1, 1, 7))),
+        answer(None),  # an unmetered request is charged nothing
+    )
+    record = BudgetRecord(Budget(model_requests=9), Amounts(2, 15, 5))
+    assert fold_budget(old) == fold_budget(new) == record
+    assert fold_budget(mixed) == BudgetRecord(Budget(model_requests=9), Amounts(3, 16, 12))
+    assert stored_remaining(new) == Budget(model_requests=7)
+
+
 @pytest.mark.parametrize(
     ("event", "field"),
     [
@@ -48,6 +88,9 @@ def test_budget_15_caps_and_charges_fold_from_the_log() -> None:
         ((BUDGET_SET, {"model_requests": -1}), "events[0].data.model_requests"),
         ((BUDGET_CHARGED, "x"), "events[0].data"),
         ((BUDGET_CHARGED, {"input_tokens": True}), "events[0].input_tokens"),
+        ((ASSISTANT_MESSAGE, "x"), "events[0].data"),
+        (answer("x"), "events[0].data.charged"),
+        (answer({"output_tokens": -2}), "events[0].charged.output_tokens"),
     ],
 )
 def test_budget_15_a_damaged_record_is_a_corrupt_session(

@@ -4,8 +4,10 @@ Theory of operation
 -------------------
 1. ``BudgetBook`` holds the core ``Ledger`` (``core.budget``, which decides everything) and
    performs its effects: it opens nodes, installs itself as the ``StepMeter`` of each
-   budgeted agent, and writes the ``budget/set`` and ``budget/charged`` records
-   (``core.budget_log``) into that agent's log. It never keeps a budget only in memory.
+   budgeted agent, and writes the ``budget/set`` records (``core.budget_log``) into that
+   agent's log; ``settle`` hands each request's charge back to the agent, which records it
+   in the same span with its answer (``assistant/message`` ``charged``) or as a
+   ``budget/charged`` record. It never keeps a budget only in memory.
 2. The host sets a root's budget (``set_budget``, which also raises an open one); the fold
    of the root's log is charged when it opens, so a restarted host resumes the count.
 3. A start with a ``budget`` (or under a budgeted parent) carves its node before anything
@@ -51,14 +53,13 @@ from dsh_subagent.adapters.signals import Unsubscribe
 from dsh_subagent.core import budget as core
 from dsh_subagent.core.budget import Amounts, Budget, Exhausted, Ledger, validate_budget
 from dsh_subagent.core.budget_log import (
-    BUDGET_CHARGED,
     BUDGET_SET,
     budget_data,
     charged_data,
     fold_budget,
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
-from dsh_subagent.core.values import SessionId
+from dsh_subagent.core.values import JsonObject, SessionId
 
 _log = logging.getLogger(__name__)
 
@@ -279,7 +280,9 @@ class BudgetBook:
         cap = reservation.granted.output_tokens if capped else max_tokens
         return StepGrant(reservation.id, cap)
 
-    def settle(self, agent: SessionId, grant: StepGrant, usage: Usage | None, *, ok: bool) -> None:
+    def settle(
+        self, agent: SessionId, grant: StepGrant, usage: Usage | None, *, ok: bool
+    ) -> JsonObject | None:
         if not ok:
             used = self.ledger.reservations[grant.ticket].granted  # the whole grant
         elif usage is None:
@@ -287,9 +290,8 @@ class BudgetBook:
         else:
             used = Amounts(1, usage.input_tokens, usage.output_tokens)
         self.ledger = core.settle(self.ledger, grant.ticket, used)
-        live = self._live.get(agent)
-        if live is not None:
-            live.session.append(BUDGET_CHARGED, charged_data(used))
+        # the agent records the charge in this span (rule 1); a detached one records nothing
+        return charged_data(used) if agent in self._live else None
 
 
 def _meter_installer(agent: Agent) -> Callable[[StepMeter], Unsubscribe]:

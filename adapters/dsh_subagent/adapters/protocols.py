@@ -242,9 +242,13 @@ class StepMeter(Protocol):
         ``budget-exhausted`` instead."""
         ...
 
-    def settle(self, agent: SessionId, grant: StepGrant, usage: Usage | None, *, ok: bool) -> None:
+    def settle(
+        self, agent: SessionId, grant: StepGrant, usage: Usage | None, *, ok: bool
+    ) -> JsonObject | None:
         """Release ``grant`` and charge the request: its ``usage`` (or one request only) when
-        ``ok``, the whole grant when it failed or was aborted."""
+        ``ok``, the whole grant when it failed or was aborted. Returns the charge the agent
+        records in the same span (the ``charged`` of its ``assistant/message``, or a
+        ``budget/charged`` record when no answer is recorded), or None: record nothing."""
         ...
 
 

@@ -46,12 +46,15 @@ Theory of operation
    it meter through its parent's node (its reservations are the parent's, one node write
    each) and counts it as an open child, so the parent cannot close under it; ``leave``
    ends that. A joined child's usage is its parent's for every rule above.
+11. **Cost.** Accounts and nodes are named tuples (immutable, built in one step): a
+   delegation metered through a shared node builds a handful of them, and their
+   construction is most of what budgeting adds to it.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Final, TypeAlias
+from typing import Final, NamedTuple, TypeAlias
 
 import attrs
 
@@ -118,9 +121,12 @@ def validate_budget(value: object, field: str) -> Budget:
     return value
 
 
-@attrs.frozen
-class Account:
-    """One capped dimension of one node: ``consumed + reserved + carved <= limit``."""
+class Account(NamedTuple):
+    """One capped dimension of one node: ``consumed + reserved + carved <= limit``.
+
+    A named tuple, as ``Node`` is: every reservation and settlement builds three accounts
+    and a node, and a tuple is built in one step where a frozen attrs class sets each field
+    (rule 11)."""
 
     limit: int
     consumed: int = 0
@@ -171,9 +177,9 @@ def child_deadline(now_ms: int, asked_ms: int | None, parent_deadline: int | Non
     return own if parent_deadline is None else min(own, parent_deadline)
 
 
-@attrs.frozen
-class Node:
-    """One open agent: its own accounts, its payers, deadline and what is still open."""
+class Node(NamedTuple):
+    """One open agent: its own accounts, its payers, deadline and what is still open (a
+    named tuple, like ``Account``)."""
 
     parent: str | None
     own: tuple[Account | None, Account | None, Account | None]
@@ -507,8 +513,8 @@ def raise_caps(ledger: Ledger, node: str, budget: Budget, now_ms: int) -> Ledger
             above = _own(nodes, edits, payer, index)
             if carve_from(above.remaining, extra) != extra:
                 raise _exhausted(COUNTED[index], payer)
-            edits[payer][1][index] = attrs.evolve(above, carved=above.carved + extra)
-        edits[node][1][index] = attrs.evolve(mine, limit=cap)
+            edits[payer][1][index] = above._replace(carved=above.carved + extra)
+        edits[node][1][index] = mine._replace(limit=cap)
     deadline = opened.deadline_ms
     if budget.wall_ms is not None and deadline is not None:
         later = child_deadline(
@@ -517,7 +523,7 @@ def raise_caps(ledger: Ledger, node: str, budget: Budget, now_ms: int) -> Ledger
         deadline = max(deadline, later or deadline)
     nodes = _written(nodes, edits)
     me = nodes[node]
-    return attrs.evolve(ledger, nodes=nodes.set(node, attrs.evolve(me, deadline_ms=deadline)))
+    return attrs.evolve(ledger, nodes=nodes.set(node, me._replace(deadline_ms=deadline)))
 
 
 def caps(ledger: Ledger, node: str) -> Budget:

@@ -5,8 +5,11 @@ Theory of operation
 1. ``budget/set`` records a child's own caps (``Dimension`` values as keys, absent for
    uncapped): written when its budget node opens and whenever the host raises it. The last
    one wins.
-2. ``budget/charged`` records what one settled model request was charged (model requests,
-   input and output tokens), written in the same span as the settlement.
+2. A settled model request's charge (model requests, input and output tokens) is written
+   in the same span as the settlement: as the ``charged`` of the ``assistant/message`` that
+   records its answer (no record of its own), or as a ``budget/charged`` record when no
+   answer is recorded (a failed or aborted request). Logs written before the charge moved
+   into the answer hold one ``budget/charged`` per request; they fold the same.
 3. ``fold_budget`` is the projection: the last caps and the sum of every charge. Nothing of
    a budget is kept only in memory; a restarted process reopens the node from this fold.
 4. ``budget/exhausted`` turn ends name the limit reached (``turn/end.limit``);
@@ -22,9 +25,16 @@ from typing import Final
 
 import attrs
 
-from dsh_subagent.core.budget import COUNTED, COUNTED_NAMES, DIMENSIONS, Amounts, Budget, Dimension
+from dsh_subagent.core.budget import COUNTED_NAMES, DIMENSIONS, Amounts, Budget, Dimension
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
-from dsh_subagent.core.values import TURN_END, JsonObject, JsonValue, SessionEvent, TurnEndReason
+from dsh_subagent.core.values import (
+    ASSISTANT_MESSAGE,
+    TURN_END,
+    JsonObject,
+    JsonValue,
+    SessionEvent,
+    TurnEndReason,
+)
 
 BUDGET_SET: Final = "budget/set"
 BUDGET_CHARGED: Final = "budget/charged"
@@ -39,8 +49,13 @@ def budget_data(budget: Budget) -> JsonObject:
     }
 
 
+CHARGED: Final = "charged"
+"""The ``assistant/message`` key holding its request's charge (rule 2)."""
+
+
 def charged_data(used: Amounts) -> JsonObject:
-    """The ``budget/charged`` payload of one settled request."""
+    """The charge of one settled request: a ``budget/charged`` payload or the ``charged`` of
+    an ``assistant/message`` (rule 2)."""
     return dict(zip(COUNTED_NAMES, used.as_tuple(), strict=True))
 
 
@@ -81,7 +96,8 @@ class BudgetRecord:
 
 
 def fold_budget(events: Sequence[SessionEvent]) -> BudgetRecord:
-    """The last ``budget/set`` and the sum of every ``budget/charged`` (rule 3).
+    """The last ``budget/set`` and the sum of every charge, ``budget/charged`` records and
+    ``assistant/message`` ``charged`` keys alike (rule 3).
 
     raises: SubagentError
     """
@@ -89,12 +105,23 @@ def fold_budget(events: Sequence[SessionEvent]) -> BudgetRecord:
     totals = [0, 0, 0]
     try:
         for event in events:
-            if event.type == BUDGET_SET:
+            kind = event.type
+            if kind == BUDGET_SET:
                 budget = decode_budget(event.data, f"events[{event.seq}].data")
-            elif event.type == BUDGET_CHARGED:
-                data = _object(event)
-                for index, dimension in enumerate(COUNTED):
-                    totals[index] += _count(data, dimension.value, f"events[{event.seq}]") or 0
+                continue
+            if kind == BUDGET_CHARGED:
+                data, field = _object(event), f"events[{event.seq}]"
+            elif kind == ASSISTANT_MESSAGE:
+                charged = _object(event).get(CHARGED)
+                if charged is None:
+                    continue  # an unmetered request
+                if not isinstance(charged, Mapping):
+                    raise invalid(f"events[{event.seq}].data.{CHARGED}", "not an object")
+                data, field = charged, f"events[{event.seq}].{CHARGED}"
+            else:
+                continue
+            for index, name in enumerate(COUNTED_NAMES):
+                totals[index] += _count(data, name, field) or 0
     except SubagentError as exc:
         raise SubagentError(ErrorCode.CORRUPT_SESSION, str(exc), field=exc.field) from exc
     return BudgetRecord(budget, Amounts(*totals))
@@ -140,6 +167,7 @@ def exhausted_limit(events: Sequence[SessionEvent]) -> Dimension | None:
 __all__ = [
     "BUDGET_CHARGED",
     "BUDGET_SET",
+    "CHARGED",
     "BudgetRecord",
     "budget_data",
     "charged_data",

@@ -15,7 +15,9 @@ Theory of operation
    ``step/start``/``step/end`` ``{}``
    ``user/message``            ``{"message": <message>}``
    ``assistant/chunk``         ``{"chunk": "<text>"}``
-   ``assistant/message``       ``{"message": {"content": [<block>...]}, "refusal": bool}``
+   ``assistant/message``       ``{"message": {"content": [<block>...]}, "refusal": bool}``;
+                               a metered request adds ``"charged": {<dimension>: n}``
+                               (``core.budget_log``)
    ``tool/result``             ``{"tool": name, "callId": id, "content": [<block>...],
                                "isError": bool}``
    ``agent/inbox/spliced``     ``{"target": "next-turn"|"next-step", "start": i,
@@ -235,9 +237,16 @@ def assistant_chunk_data(chunk: str) -> JsonObject:
     return {"chunk": chunk}
 
 
-def assistant_message_data(content: Content, *, refusal: bool = False) -> JsonObject:
-    """``assistant/message`` payload."""
-    return {"message": {"content": encode_content(content)}, "refusal": refusal}
+def assistant_message_data(
+    content: Content, *, refusal: bool = False, charged: JsonObject | None = None
+) -> JsonObject:
+    """``assistant/message`` payload; ``charged``: the budget charge of the request that
+    produced it (``core.budget_log``), when it was metered."""
+    message: JsonValue = {"content": encode_content(content)}
+    data: dict[str, JsonValue] = {"message": message, "refusal": refusal}
+    if charged is not None:
+        data["charged"] = charged
+    return data
 
 
 def tool_result_data(tool: str, call_id: str, content: Content, *, is_error: bool) -> JsonObject:

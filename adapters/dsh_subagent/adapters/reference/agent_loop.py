@@ -26,7 +26,9 @@ Theory of operation
    (``meter.admit``) in the span that admits it, after ``step_entering`` and before
    ``step/start``; a refusal ends the turn ``budget-exhausted`` naming the limit. The
    request carries the grant's output cap, and the reservation is settled once the model
-   answers (its reported usage) or fails (the whole grant).
+   answers (its reported usage) or fails (the whole grant). The charge the meter returns
+   is recorded in the same span: in the ``assistant/message`` of the answer, or as a
+   ``budget/charged`` record when no answer is recorded (failed, aborted).
 7. Each agent has a ``PromptComposer`` (system-prompt sections and runtime context, scoped
    over a parent composer) and a ``ScopedTools`` layer over the global tools; both are
    visible in every ``ModelRequest``. ``step_entering`` fires (vetoable) once the pre-step
@@ -88,6 +90,7 @@ from dsh_subagent.core.activity import (
     StartMaintenance,
     Wake,
 )
+from dsh_subagent.core.budget_log import BUDGET_CHARGED
 from dsh_subagent.core.errors import ErrorCode, SubagentError, invalid
 from dsh_subagent.core.jsonvalue import require_int
 from dsh_subagent.core.values import (
@@ -102,6 +105,7 @@ from dsh_subagent.core.values import (
     USER_MESSAGE,
     AgentOptions,
     DataBlock,
+    JsonObject,
     JsonValue,
     MessageId,
     SessionId,
@@ -635,24 +639,22 @@ class ReferenceAgent:
                 raise
             return (exc.field or "budget").removeprefix("budget.")
 
-    def _ask(self, request: ModelRequest, grant: StepGrant | None) -> Awaitable[ModelStep]:
-        """The model's answer, settling the grant either way (rule 6); unmetered, the
-        model's own awaitable (no coroutine frame of ours while the model works)."""
-        meter = self._meter  # the meter that admitted it settles it, even if removed since
-        if grant is None or meter is None:
-            return abortable(self._model.step(request), request.signal)
-        return self._ask_metered(request, grant, meter)
-
     async def _ask_metered(
         self, request: ModelRequest, grant: StepGrant, meter: StepMeter
-    ) -> ModelStep:
+    ) -> tuple[ModelStep, JsonObject | None]:
+        """The model's answer and the charge to record with it, settling the grant either
+        way (rule 6)."""
         try:
             result = await abortable(self._model.step(request), request.signal)
         except BaseException:
-            meter.settle(self.id, grant, None, ok=False)
+            self._record_charge(meter.settle(self.id, grant, None, ok=False))
             raise
-        meter.settle(self.id, grant, result.usage, ok=True)
-        return result
+        return result, meter.settle(self.id, grant, result.usage, ok=True)
+
+    def _record_charge(self, charged: JsonObject | None) -> None:
+        """Record a charge no answer carries (rule 6)."""
+        if charged is not None:
+            self.session.append(BUDGET_CHARGED, charged)
 
     async def _step(
         self, turn: int, step: int, signal: AbortSignal, grant: StepGrant | None
@@ -668,18 +670,27 @@ class ReferenceAgent:
             runtime_context=tuple((p.name, p.order, p.text) for p in self.prompt.runtime_context()),
             max_tokens=self.options.max_tokens if grant is None else grant.max_tokens,
         )
-        result = await self._ask(request, grant)
-        signal.throw_if_aborted()
-        for chunk in result.chunks:
-            self.session.append(ASSISTANT_CHUNK, wire.assistant_chunk_data(chunk))
-        calls = tuple(
-            DataBlock({"type": "tool-call", "id": c.id, "name": c.name, "arguments": c.arguments})
-            for c in result.tool_calls
-        )
-        content = (*result.content, *calls)
-        self.session.append(
-            ASSISTANT_MESSAGE, wire.assistant_message_data(content, refusal=result.refusal)
-        )
+        meter = self._meter  # the meter that admitted it settles it, even if removed since
+        if grant is None or meter is None:  # the model's own awaitable: no frame of ours
+            result, charged = await abortable(self._model.step(request), request.signal), None
+        else:
+            result, charged = await self._ask_metered(request, grant, meter)
+        try:
+            signal.throw_if_aborted()
+            for chunk in result.chunks:
+                self.session.append(ASSISTANT_CHUNK, wire.assistant_chunk_data(chunk))
+            calls = tuple(
+                DataBlock(
+                    {"type": "tool-call", "id": c.id, "name": c.name, "arguments": c.arguments}
+                )
+                for c in result.tool_calls
+            )
+            content = (*result.content, *calls)
+            data = wire.assistant_message_data(content, refusal=result.refusal, charged=charged)
+            self.session.append(ASSISTANT_MESSAGE, data)  # raises before recording, if at all
+        except BaseException:  # the answer is not recorded: its charge is, on its own
+            self._record_charge(charged)
+            raise
         if result.max_tokens:
             return TurnEndReason.MAX_TOKENS
         if not result.tool_calls:
