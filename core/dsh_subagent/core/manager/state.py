@@ -60,8 +60,7 @@ from dsh_subagent.core.values import CancelKind, EventId, MessageId, RunId, Sess
 class Activation:
     """One child's process-local record (RES-8).
 
-    ``phase`` ABSENT is never stored in a state: a handler's blank record for an absent child
-    gets its phase from the table in the same ``apply`` call.
+    ``phase`` ABSENT is never stored in a state: a record is created in its edge's target.
     """
 
     child_id: SessionId
@@ -75,7 +74,7 @@ class Activation:
     run_id: RunId | None = None
     status: AgentStatus = AgentStatus.IDLE
     accepted: frozenset[MessageId] = frozenset()
-    owned: PMap[SessionId, bool] = attrs.field(factory=PMap)
+    owned: PMap[SessionId, bool] = attrs.field(default=PMap())  # immutable: one shared empty
     announced: bool = False
     child_failures: int = 0
     durability: DurabilityReport | None = None
@@ -199,8 +198,8 @@ class Step:
     ) -> bool:
         """TEAR-10: draining, or the lineage reaches a scoped closing root (other than
         ``besides``). Walks the few roots, never the lineage (a chain may be deep)."""
-        if self.draining:
-            return True
+        if self.draining or not self.closing_roots:
+            return self.draining
         return any(root in lineage and root != besides for root in self.closing_roots)
 
     def agent_closing(self, agent: AgentRef | None) -> bool:
