@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Sequence
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -69,8 +70,11 @@ from dsh_subagent.core.manager.events import (
     WholeManager,
 )
 from dsh_subagent.core.manager.state import (
+    Activation,
     Forest,
     ManagerState,
+    Step,
+    StepForest,
     activation_state_of,
     residency_of,
 )
@@ -950,6 +954,22 @@ def test_forest_view_reads_owned_sets_without_copying() -> None:
     assert len(forest) == 2
     assert set(forest) == {sid("p"), sid("c")}
     assert set(forest[sid("p")]) == {sid("c")}
+
+
+def test_tear_2_step_forest_sees_the_steps_pending_writes() -> None:
+    d = Driver()
+    parent = d.start("p", ROOT)
+    d.start("c", parent, lineage=[ROOT])
+    step = Step(d.state, EventId("probe"))
+    record = step.get(sid("p"))
+    assert record is not None
+    step.put(attrs.evolve(record, owned=record.owned.remove(sid("c"))))
+    step.put(Activation(sid("n"), Phase.RESERVED, None))
+    forest = StepForest(step)
+    assert dict(forest[sid("p")]) == {}
+    assert forest.get(sid("absent")) is None
+    assert len(forest) == 3
+    assert set(forest) == {sid("p"), sid("c"), sid("n")}
 
 
 def test_transition_tables_cover_phases_consistently() -> None:

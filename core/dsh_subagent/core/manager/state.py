@@ -9,7 +9,8 @@ Theory of operation
    collects effects in order; nothing outside the call ever sees it, so ``apply`` stays pure.
    Its record writes collect in a plain dict over the persistent map and are folded in once
    (when the whole map is read, or at the result): an event's handler and its edge's target
-   touch the same record, which then costs one path copy instead of two.
+   touch the same record, which then costs one path copy instead of two. Lookups read
+   through the step (``get``, and ``StepForest`` for planning a teardown), never folding.
 3. Residency is derived from a record's facts, never stored (RES-1). ``settle_if_quiet`` is
    the watcher's decision: a RESIDENT record found SETTLED opens disposal in the same step
    (RES-5, RES-6). A MATERIALIZED record (admission in flight, RES-4) never settles.
@@ -146,6 +147,31 @@ class _Owned(ValuesView[PMap[SessionId, bool]]):
         return (record.owned for record in self._mapping._records.values())
 
 
+class StepForest(Mapping[SessionId, PMap[SessionId, bool]]):
+    """The ownership forest as one step sees it, its pending writes included (rule 2).
+
+    A lookup reads through the step, so planning a teardown mid-step folds nothing; only a
+    whole walk (``iter``, ``len``) folds the step's writes first.
+    """
+
+    __slots__ = ("_step",)
+
+    def __init__(self, step: Step) -> None:
+        self._step = step
+
+    def __getitem__(self, key: SessionId) -> PMap[SessionId, bool]:
+        record = self._step.get(key)
+        if record is None:
+            raise KeyError(key)
+        return record.owned
+
+    def __iter__(self) -> Iterator[SessionId]:
+        return iter(self._step.records)
+
+    def __len__(self) -> int:
+        return len(self._step.records)
+
+
 class Step:
     """The working copy of one ``apply`` call: rebinds persistent maps, collects effects."""
 
@@ -232,7 +258,7 @@ def open_disposal(
     roots = tuple(roots)
     firsts = frozenset(roots)
     flushing: list[SessionId] = []
-    for node in plan_teardown(Forest(step.records), roots).cancel_order:
+    for node in plan_teardown(StepForest(step), roots).cancel_order:
         record = step.get(node)
         assert record is not None  # the plan walks the records
         edge = trigger if node in firsts else Trigger.DISPOSAL_OPENED
