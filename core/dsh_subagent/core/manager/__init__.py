@@ -114,7 +114,6 @@ from dsh_subagent.core.notices import (
 )
 from dsh_subagent.core.residency import AgentStatus, admit, settle_message
 from dsh_subagent.core.teardown import durability_report
-from dsh_subagent.core.values import SessionId
 
 __all__ = [
     "STATE_TRIGGERED",
@@ -528,38 +527,37 @@ def apply(state: ManagerState, event: Event) -> tuple[ManagerState, tuple[Effect
 
 
 _ENTERED_BY_APPLY: Final = frozenset({Phase.ABSENT, Phase.DISPOSING})
-"""Targets only ``_enter`` applies: the drop and the disposal cutoff (rule 2)."""
+"""Targets only ``_child_event`` applies: the drop and the disposal cutoff (rule 2)."""
+
+# Module names for the per-event path: ``Phase.X`` pays EnumType's getattr hook each time.
+_ABSENT: Final = Phase.ABSENT
+_DISPOSING: Final = Phase.DISPOSING
+_DONE: Final = Outcome.DONE
 
 
 def _child_event(step: Step, event: ChildEvent) -> None:
-    """Look the edge up, run its handler, apply its target, derive residency (rule 2)."""
-    record = step.get(event.child_id)
-    phase = Phase.ABSENT if record is None else record.phase
+    """Look the edge up, run its handler, apply its target to the event's record (ABSENT
+    drops it, DISPOSING opens the disposal), derive residency (rule 2, rule 3)."""
+    child_id = event.child_id
+    record = step.get(child_id)
+    phase = _ABSENT if record is None else record.phase
     edge = TRANSITIONS.get((phase, type(event)))
     if edge is None:
         raise not_accepted(event, phase.value)
     target = edge.target
     step.entering = phase if target is None or target in _ENTERED_BY_APPLY else target
-    outcome = Outcome.DONE if edge.handler is None else edge.handler(step, record, event)
-    target = target if outcome is Outcome.DONE else edge.refused
+    outcome = _DONE if edge.handler is None else edge.handler(step, record, event)
+    target = target if outcome is _DONE else edge.refused
     assert target is not None, f"{outcome} is not an outcome of {phase}, {type(event)}"
-    record = _enter(step, event.child_id, target)
-    if record is not None:
-        settle_if_quiet(step, record)
-
-
-def _enter(step: Step, child_id: SessionId, target: Phase) -> Activation | None:
-    """Apply an edge's target to the event's record; ABSENT drops it (rule 2, rule 3).
-
-    Returns the record as the edge leaves it (None when dropped or never created).
-    """
     record = step.get(child_id)
-    if record is None or record.phase is target:
-        return record  # no record and none created (ABSENT -> ABSENT), or a self-loop
-    if target is Phase.ABSENT:
-        step.drop(child_id)
-        return None
-    if target is Phase.DISPOSING:
-        open_disposal(step, (child_id,))
-        return step.get(child_id)
-    return step.put(attrs.evolve(record, phase=target))
+    if record is None:
+        return  # no record and none created (ABSENT -> ABSENT)
+    if record.phase is not target:
+        if target is _ABSENT:
+            step.drop(child_id)
+            return
+        if target is _DISPOSING:
+            open_disposal(step, (child_id,))  # leaves the record disposing: it cannot settle
+            return
+        record = step.put(attrs.evolve(record, phase=target))
+    settle_if_quiet(step, record)

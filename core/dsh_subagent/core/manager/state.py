@@ -175,6 +175,17 @@ class StepForest(Mapping[SessionId, PMap[SessionId, bool]]):
 class Step:
     """The working copy of one ``apply`` call: rebinds persistent maps, collects effects."""
 
+    __slots__ = (
+        "_records",
+        "_written",
+        "cause",
+        "closing_roots",
+        "draining",
+        "effects",
+        "entering",
+        "epochs",
+    )
+
     def __init__(self, state: ManagerState, cause: EventId) -> None:
         self._records = state.activations
         self._written: dict[SessionId, Activation | None] = {}  # None: dropped (rule 2)
@@ -240,9 +251,12 @@ class Step:
         return state, tuple(self.effects)
 
 
+_RESIDENT: Final = Phase.RESIDENT  # a module name: ``Phase.X`` pays EnumType's getattr hook
+
+
 def settle_if_quiet(step: Step, record: Activation) -> None:
     """The settlement decision and the disposal cutoff, in one step (RES-5, RES-6)."""
-    if record.phase is Phase.RESIDENT and residency(record.facts()) is Residency.SETTLED:
+    if record.phase is _RESIDENT and residency(record.facts()) is Residency.SETTLED:
         open_disposal(step, (record.child_id,), Trigger.SETTLED)
 
 
