@@ -532,6 +532,7 @@ _ENTERED_BY_APPLY: Final = frozenset({Phase.ABSENT, Phase.DISPOSING})
 # Module names for the per-event path: ``Phase.X`` pays EnumType's getattr hook each time.
 _ABSENT: Final = Phase.ABSENT
 _DISPOSING: Final = Phase.DISPOSING
+_RESIDENT: Final = Phase.RESIDENT
 _DONE: Final = Outcome.DONE
 
 
@@ -546,10 +547,11 @@ def _child_event(step: Step, event: ChildEvent) -> None:
         raise not_accepted(event, phase.value)
     target = edge.target
     step.entering = phase if target is None or target in _ENTERED_BY_APPLY else target
-    outcome = _DONE if edge.handler is None else edge.handler(step, record, event)
-    target = target if outcome is _DONE else edge.refused
-    assert target is not None, f"{outcome} is not an outcome of {phase}, {type(event)}"
-    record = step.get(child_id)
+    if edge.handler is not None:  # only a handler writes: without one, the record stands
+        if edge.handler(step, record, event) is not _DONE:
+            target = edge.refused
+        record = step.get(child_id)
+    assert target is not None, f"{phase}, {type(event)}: the outcome leads to no phase"
     if record is None:
         return  # no record and none created (ABSENT -> ABSENT)
     if record.phase is not target:
@@ -560,4 +562,5 @@ def _child_event(step: Step, event: ChildEvent) -> None:
             open_disposal(step, (child_id,))  # leaves the record disposing: it cannot settle
             return
         record = step.put(attrs.evolve(record, phase=target))
-    settle_if_quiet(step, record)
+    if record.phase is _RESIDENT:  # the only phase that settles: no call for the others
+        settle_if_quiet(step, record)
