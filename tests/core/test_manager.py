@@ -79,8 +79,9 @@ from dsh_subagent.core.manager.state import (
     residency_of,
 )
 from dsh_subagent.core.notices import EpochOutcome, NoticeRoute
+from dsh_subagent.core.pmap import PMap
 from dsh_subagent.core.residency import ActivationState, AgentStatus, Residency
-from dsh_subagent.core.teardown import Boundary, FlushOutcome
+from dsh_subagent.core.teardown import Boundary, FlushOutcome, durability_report
 from dsh_subagent.core.values import (
     CancelKind,
     EventId,
@@ -970,6 +971,30 @@ def test_tear_2_step_forest_sees_the_steps_pending_writes() -> None:
     assert forest.get(sid("absent")) is None
     assert len(forest) == 3
     assert set(forest) == {sid("p"), sid("c"), sid("n")}
+
+
+def test_res_8_a_moved_record_equals_its_evolved_copy() -> None:
+    agent = AgentRef(sid("c"), 3)
+    record = Activation(
+        sid("c"),
+        Phase.RESIDENT,
+        sid("p"),
+        parent_agent=AgentRef(sid("p"), 1),
+        agent=agent,
+        lineage=frozenset({agent}),
+        epoch=3,
+        lease=7,
+        run_id=RunId("r"),
+        status=AgentStatus.RUNNING,
+        accepted=frozenset({MessageId("m")}),
+        owned=PMap({sid("g"): True}),
+        announced=True,
+        child_failures=2,
+        durability=durability_report(sid("c"), FlushOutcome.FAILED),
+    )
+    moved = record.moved(Phase.FLUSHING)
+    assert moved == attrs.evolve(record, phase=Phase.FLUSHING)
+    assert record.phase is Phase.RESIDENT
 
 
 def test_transition_tables_cover_phases_consistently() -> None:

@@ -561,6 +561,6 @@ def _child_event(step: Step, event: ChildEvent) -> None:
         if target is _DISPOSING:
             open_disposal(step, (child_id,))  # leaves the record disposing: it cannot settle
             return
-        record = step.put(attrs.evolve(record, phase=target))
+        record = step.put(record.moved(target))
     if record.phase is _RESIDENT:  # the only phase that settles: no call for the others
         settle_if_quiet(step, record)

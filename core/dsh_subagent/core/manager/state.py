@@ -24,6 +24,7 @@ Theory of operation
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator, Mapping, ValuesView
 from collections.abc import Set as AbstractSet
 from typing import Final
@@ -88,6 +89,19 @@ class Activation:
             owned_count=len(self.owned),
             admission_open=self.phase is Phase.MATERIALIZED,
         )
+
+    def moved(self, phase: Phase) -> Activation:
+        """This record in ``phase``: the per-event path's phase-only copy, one positional
+        call where ``attrs.evolve`` walks the fields in Python (same result)."""
+        values = list(_FIELD_VALUES(self))
+        values[_PHASE_AT] = phase
+        return Activation(*values)
+
+
+_FIELD_NAMES: Final = tuple(field.name for field in attrs.fields(Activation))
+_FIELD_VALUES: Final = operator.attrgetter(*_FIELD_NAMES)
+"""Every field of a record, in ``__init__``'s positional order, in one C-level call."""
+_PHASE_AT: Final = _FIELD_NAMES.index("phase")
 
 
 @attrs.frozen
@@ -280,7 +294,7 @@ def open_disposal(
         if target is None:
             continue  # already disposing: memoized by phase (TEAR-1)
         released = _released(record, target)
-        step.put(attrs.evolve(record, phase=target if released is None else released))
+        step.put(record.moved(target if released is None else released))
         step.effects.append(CancelAgent(step.cause, node, CancelKind.PARENT, keep_inbox=False))
         if released is not None:
             flushing.append(node)
@@ -291,7 +305,7 @@ def flush_if_released(step: Step, record: Activation) -> None:
     """Once every owned child is released, quiesce and flush (TEAR-2 steps 5-7)."""
     released = _released(record, record.phase)
     if released is not None:
-        step.put(attrs.evolve(record, phase=released))
+        step.put(record.moved(released))
         step.effects.append(FlushSession(step.cause, record.child_id))
 
 
