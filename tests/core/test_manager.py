@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Sequence
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -69,14 +70,18 @@ from dsh_subagent.core.manager.events import (
     WholeManager,
 )
 from dsh_subagent.core.manager.state import (
+    Activation,
     Forest,
     ManagerState,
+    Step,
+    StepForest,
     activation_state_of,
     residency_of,
 )
 from dsh_subagent.core.notices import EpochOutcome, NoticeRoute
+from dsh_subagent.core.pmap import PMap
 from dsh_subagent.core.residency import ActivationState, AgentStatus, Residency
-from dsh_subagent.core.teardown import Boundary, FlushOutcome
+from dsh_subagent.core.teardown import Boundary, FlushOutcome, durability_report
 from dsh_subagent.core.values import (
     CancelKind,
     EventId,
@@ -950,6 +955,46 @@ def test_forest_view_reads_owned_sets_without_copying() -> None:
     assert len(forest) == 2
     assert set(forest) == {sid("p"), sid("c")}
     assert set(forest[sid("p")]) == {sid("c")}
+
+
+def test_tear_2_step_forest_sees_the_steps_pending_writes() -> None:
+    d = Driver()
+    parent = d.start("p", ROOT)
+    d.start("c", parent, lineage=[ROOT])
+    step = Step(d.state, EventId("probe"))
+    record = step.get(sid("p"))
+    assert record is not None
+    step.put(attrs.evolve(record, owned=record.owned.remove(sid("c"))))
+    step.put(Activation(sid("n"), Phase.RESERVED, None))
+    forest = StepForest(step)
+    assert dict(forest[sid("p")]) == {}
+    assert forest.get(sid("absent")) is None
+    assert len(forest) == 3
+    assert set(forest) == {sid("p"), sid("c"), sid("n")}
+
+
+def test_res_8_a_moved_record_equals_its_evolved_copy() -> None:
+    agent = AgentRef(sid("c"), 3)
+    record = Activation(
+        sid("c"),
+        Phase.RESIDENT,
+        sid("p"),
+        parent_agent=AgentRef(sid("p"), 1),
+        agent=agent,
+        lineage=frozenset({agent}),
+        epoch=3,
+        lease=7,
+        run_id=RunId("r"),
+        status=AgentStatus.RUNNING,
+        accepted=frozenset({MessageId("m")}),
+        owned=PMap({sid("g"): True}),
+        announced=True,
+        child_failures=2,
+        durability=durability_report(sid("c"), FlushOutcome.FAILED),
+    )
+    moved = record.moved(Phase.FLUSHING)
+    assert moved == attrs.evolve(record, phase=Phase.FLUSHING)
+    assert record.phase is Phase.RESIDENT
 
 
 def test_transition_tables_cover_phases_consistently() -> None:

@@ -114,7 +114,6 @@ from dsh_subagent.core.notices import (
 )
 from dsh_subagent.core.residency import AgentStatus, admit, settle_message
 from dsh_subagent.core.teardown import durability_report
-from dsh_subagent.core.values import SessionId
 
 __all__ = [
     "STATE_TRIGGERED",
@@ -136,14 +135,18 @@ class Outcome(enum.Enum):
     REFUSED = "refused"
 
 
-Handler = Callable[[Step, Activation, ChildEvent], Outcome]
-"""A per-child handler: the working step, the event's record (blank when absent), the event."""
+Handler = Callable[[Step, Activation | None, ChildEvent], Outcome]
+"""A per-child handler: the working step, the event's record, the event. The record is None
+exactly in the ABSENT edges; their handlers build a record, if any, from the event."""
 
 _E = TypeVar("_E", bound=ChildEvent)
 
 
-def _on(handler: Callable[[Step, Activation, _E], Outcome]) -> Handler:
-    """A handler as a table entry; the table's key guarantees the event type it receives."""
+def _on(
+    handler: Callable[[Step, Activation, _E], Outcome] | Callable[[Step, None, _E], Outcome],
+) -> Handler:
+    """A handler as a table entry; the table's key guarantees the event type it receives and
+    whether a record exists (None in the ABSENT phase, a record in every other)."""
     return cast(Handler, handler)
 
 
@@ -162,17 +165,13 @@ class Edge:
 # --------------------------------------------------------------------------- per-child handlers
 
 
-def _reserve(step: Step, record: Activation, event: ChildIdReserved) -> Outcome:
+def _reserve(step: Step, record: None, event: ChildIdReserved) -> Outcome:
     """A fresh start reserves its id unless its parent is closing (CONT-3, TEAR-13)."""
-    if step.agent_closing(event.parent):
+    parent = event.parent
+    if step.agent_closing(parent):
         step.reject(ErrorCode.DRAINING, "admission is closed for this parent")
         return Outcome.REFUSED
-    parent = event.parent
-    step.put(
-        attrs.evolve(
-            record, phase=step.entering, parent_session=parent.session_id, parent_agent=parent
-        )
-    )
+    step.put(Activation(event.child_id, step.entering, parent.session_id, parent_agent=parent))
     return Outcome.DONE
 
 
@@ -189,12 +188,12 @@ def _prepared(step: Step, record: Activation, event: ChildPrepared) -> Outcome:
     return Outcome.DONE
 
 
-def _resume_started(step: Step, record: Activation, event: ColdResumeStarted) -> Outcome:
+def _resume_started(step: Step, record: None, event: ColdResumeStarted) -> Outcome:
     """A cold resume begins unless the manager is draining (CONT-17, TEAR-13)."""
     if step.draining:
         step.reject(ErrorCode.DRAINING, "the manager is draining")
         return Outcome.REFUSED
-    step.put(attrs.evolve(record, phase=step.entering, parent_session=event.parent_session))
+    step.put(Activation(event.child_id, step.entering, event.parent_session))
     return Outcome.DONE
 
 
@@ -263,7 +262,7 @@ def _admits_delivery(step: Step, event: FollowupRequested, lineage: AbstractSet[
     return True
 
 
-def _route_absent(step: Step, record: Activation, event: FollowupRequested) -> Outcome:
+def _route_absent(step: Step, record: None, event: FollowupRequested) -> Outcome:
     """No Activation: admit and precheck, then ask for a cold resume (CONT-17)."""
     if not _admits_delivery(step, event, frozenset()):
         return Outcome.REFUSED
@@ -320,10 +319,10 @@ def _mailbox_live(step: Step, record: Activation, event: MailboxArrived) -> Outc
     return Outcome.DONE
 
 
-def _mailbox_absent(step: Step, record: Activation, event: MailboxArrived) -> Outcome:
+def _mailbox_absent(step: Step, record: None, event: MailboxArrived) -> Outcome:
     """No Activation holds a child with pending mail: resume it, unless draining (DUR-23)."""
     if not step.draining:
-        step.effects.append(ResumeAgent(step.cause, record.child_id, event.message_id))
+        step.effects.append(ResumeAgent(step.cause, event.child_id, event.message_id))
     return Outcome.DONE
 
 
@@ -528,39 +527,40 @@ def apply(state: ManagerState, event: Event) -> tuple[ManagerState, tuple[Effect
 
 
 _ENTERED_BY_APPLY: Final = frozenset({Phase.ABSENT, Phase.DISPOSING})
-"""Targets only ``_enter`` applies: the drop and the disposal cutoff (rule 2)."""
+"""Targets only ``_child_event`` applies: the drop and the disposal cutoff (rule 2)."""
+
+# Module names for the per-event path: ``Phase.X`` pays EnumType's getattr hook each time.
+_ABSENT: Final = Phase.ABSENT
+_DISPOSING: Final = Phase.DISPOSING
+_RESIDENT: Final = Phase.RESIDENT
+_DONE: Final = Outcome.DONE
 
 
 def _child_event(step: Step, event: ChildEvent) -> None:
-    """Look the edge up, run its handler, apply its target, derive residency (rule 2)."""
-    record = step.get(event.child_id)
-    phase = Phase.ABSENT if record is None else record.phase
+    """Look the edge up, run its handler, apply its target to the event's record (ABSENT
+    drops it, DISPOSING opens the disposal), derive residency (rule 2, rule 3)."""
+    child_id = event.child_id
+    record = step.get(child_id)
+    phase = _ABSENT if record is None else record.phase
     edge = TRANSITIONS.get((phase, type(event)))
     if edge is None:
         raise not_accepted(event, phase.value)
     target = edge.target
     step.entering = phase if target is None or target in _ENTERED_BY_APPLY else target
-    blank = Activation(event.child_id, Phase.ABSENT, None) if record is None else record
-    outcome = Outcome.DONE if edge.handler is None else edge.handler(step, blank, event)
-    target = target if outcome is Outcome.DONE else edge.refused
-    assert target is not None, f"{outcome} is not an outcome of {phase}, {type(event)}"
-    record = _enter(step, event.child_id, target)
-    if record is not None:
+    if edge.handler is not None:  # only a handler writes: without one, the record stands
+        if edge.handler(step, record, event) is not _DONE:
+            target = edge.refused
+        record = step.get(child_id)
+    assert target is not None, f"{phase}, {type(event)}: the outcome leads to no phase"
+    if record is None:
+        return  # no record and none created (ABSENT -> ABSENT)
+    if record.phase is not target:
+        if target is _ABSENT:
+            step.drop(child_id)
+            return
+        if target is _DISPOSING:
+            open_disposal(step, (child_id,))  # leaves the record disposing: it cannot settle
+            return
+        record = step.put(record.moved(target))
+    if record.phase is _RESIDENT:  # the only phase that settles: no call for the others
         settle_if_quiet(step, record)
-
-
-def _enter(step: Step, child_id: SessionId, target: Phase) -> Activation | None:
-    """Apply an edge's target to the event's record; ABSENT drops it (rule 2, rule 3).
-
-    Returns the record as the edge leaves it (None when dropped or never created).
-    """
-    record = step.get(child_id)
-    if record is None or record.phase is target:
-        return record  # no record and none created (ABSENT -> ABSENT), or a self-loop
-    if target is Phase.ABSENT:
-        step.drop(child_id)
-        return None
-    if target is Phase.DISPOSING:
-        open_disposal(step, (child_id,))
-        return step.get(child_id)
-    return step.put(attrs.evolve(record, phase=target))

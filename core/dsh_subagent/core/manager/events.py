@@ -59,6 +59,10 @@ class Phase(enum.Enum):
     FLUSHING = "flushing"
     RELEASING = "releasing"
 
+    # Members are singletons compared by identity, so the identity hash agrees with ``==``;
+    # Enum's own hash is a Python-level call on the name, paid on every table lookup.
+    __hash__ = object.__hash__
+
 
 UNPUBLISHED: Final = frozenset({Phase.RESERVED, Phase.SNAPSHOTTED, Phase.PREPARED, Phase.RESUMING})
 DISPOSAL_OPEN: Final = frozenset({Phase.DISPOSING, Phase.FLUSHING, Phase.RELEASING})
@@ -71,6 +75,8 @@ class Trigger(enum.Enum):
     SETTLED = "settled"
     DISPOSAL_OPENED = "disposal_opened"
     CHILDREN_RELEASED = "children_released"
+
+    __hash__ = object.__hash__  # as ``Phase``: identity, agreeing with ``==``
 
 
 class ReportDelivery(enum.Enum):

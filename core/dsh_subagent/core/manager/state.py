@@ -9,7 +9,8 @@ Theory of operation
    collects effects in order; nothing outside the call ever sees it, so ``apply`` stays pure.
    Its record writes collect in a plain dict over the persistent map and are folded in once
    (when the whole map is read, or at the result): an event's handler and its edge's target
-   touch the same record, which then costs one path copy instead of two.
+   touch the same record, which then costs one path copy instead of two. Lookups read
+   through the step (``get``, and ``StepForest`` for planning a teardown), never folding.
 3. Residency is derived from a record's facts, never stored (RES-1). ``settle_if_quiet`` is
    the watcher's decision: a RESIDENT record found SETTLED opens disposal in the same step
    (RES-5, RES-6). A MATERIALIZED record (admission in flight, RES-4) never settles.
@@ -23,6 +24,7 @@ Theory of operation
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator, Mapping, ValuesView
 from collections.abc import Set as AbstractSet
 from typing import Final
@@ -60,8 +62,7 @@ from dsh_subagent.core.values import CancelKind, EventId, MessageId, RunId, Sess
 class Activation:
     """One child's process-local record (RES-8).
 
-    ``phase`` ABSENT is never stored in a state: a handler's blank record for an absent child
-    gets its phase from the table in the same ``apply`` call.
+    ``phase`` ABSENT is never stored in a state: a record is created in its edge's target.
     """
 
     child_id: SessionId
@@ -75,7 +76,7 @@ class Activation:
     run_id: RunId | None = None
     status: AgentStatus = AgentStatus.IDLE
     accepted: frozenset[MessageId] = frozenset()
-    owned: PMap[SessionId, bool] = attrs.field(factory=PMap)
+    owned: PMap[SessionId, bool] = attrs.field(default=PMap())  # immutable: one shared empty
     announced: bool = False
     child_failures: int = 0
     durability: DurabilityReport | None = None
@@ -88,6 +89,19 @@ class Activation:
             owned_count=len(self.owned),
             admission_open=self.phase is Phase.MATERIALIZED,
         )
+
+    def moved(self, phase: Phase) -> Activation:
+        """This record in ``phase``: the per-event path's phase-only copy, one positional
+        call where ``attrs.evolve`` walks the fields in Python (same result)."""
+        values = list(_FIELD_VALUES(self))
+        values[_PHASE_AT] = phase
+        return Activation(*values)
+
+
+_FIELD_NAMES: Final = tuple(field.name for field in attrs.fields(Activation))
+_FIELD_VALUES: Final = operator.attrgetter(*_FIELD_NAMES)
+"""Every field of a record, in ``__init__``'s positional order, in one C-level call."""
+_PHASE_AT: Final = _FIELD_NAMES.index("phase")
 
 
 @attrs.frozen
@@ -147,8 +161,44 @@ class _Owned(ValuesView[PMap[SessionId, bool]]):
         return (record.owned for record in self._mapping._records.values())
 
 
+class StepForest(Mapping[SessionId, PMap[SessionId, bool]]):
+    """The ownership forest as one step sees it, its pending writes included (rule 2).
+
+    A lookup reads through the step, so planning a teardown mid-step folds nothing; only a
+    whole walk (``iter``, ``len``) folds the step's writes first.
+    """
+
+    __slots__ = ("_step",)
+
+    def __init__(self, step: Step) -> None:
+        self._step = step
+
+    def __getitem__(self, key: SessionId) -> PMap[SessionId, bool]:
+        record = self._step.get(key)
+        if record is None:
+            raise KeyError(key)
+        return record.owned
+
+    def __iter__(self) -> Iterator[SessionId]:
+        return iter(self._step.records)
+
+    def __len__(self) -> int:
+        return len(self._step.records)
+
+
 class Step:
     """The working copy of one ``apply`` call: rebinds persistent maps, collects effects."""
+
+    __slots__ = (
+        "_records",
+        "_written",
+        "cause",
+        "closing_roots",
+        "draining",
+        "effects",
+        "entering",
+        "epochs",
+    )
 
     def __init__(self, state: ManagerState, cause: EventId) -> None:
         self._records = state.activations
@@ -199,8 +249,8 @@ class Step:
     ) -> bool:
         """TEAR-10: draining, or the lineage reaches a scoped closing root (other than
         ``besides``). Walks the few roots, never the lineage (a chain may be deep)."""
-        if self.draining:
-            return True
+        if self.draining or not self.closing_roots:
+            return self.draining
         return any(root in lineage and root != besides for root in self.closing_roots)
 
     def agent_closing(self, agent: AgentRef | None) -> bool:
@@ -215,9 +265,12 @@ class Step:
         return state, tuple(self.effects)
 
 
+_RESIDENT: Final = Phase.RESIDENT  # a module name: ``Phase.X`` pays EnumType's getattr hook
+
+
 def settle_if_quiet(step: Step, record: Activation) -> None:
     """The settlement decision and the disposal cutoff, in one step (RES-5, RES-6)."""
-    if record.phase is Phase.RESIDENT and residency(record.facts()) is Residency.SETTLED:
+    if record.phase is _RESIDENT and residency(record.facts()) is Residency.SETTLED:
         open_disposal(step, (record.child_id,), Trigger.SETTLED)
 
 
@@ -233,7 +286,7 @@ def open_disposal(
     roots = tuple(roots)
     firsts = frozenset(roots)
     flushing: list[SessionId] = []
-    for node in plan_teardown(Forest(step.records), roots).cancel_order:
+    for node in plan_teardown(StepForest(step), roots).cancel_order:
         record = step.get(node)
         assert record is not None  # the plan walks the records
         edge = trigger if node in firsts else Trigger.DISPOSAL_OPENED
@@ -241,7 +294,7 @@ def open_disposal(
         if target is None:
             continue  # already disposing: memoized by phase (TEAR-1)
         released = _released(record, target)
-        step.put(attrs.evolve(record, phase=target if released is None else released))
+        step.put(record.moved(target if released is None else released))
         step.effects.append(CancelAgent(step.cause, node, CancelKind.PARENT, keep_inbox=False))
         if released is not None:
             flushing.append(node)
@@ -252,7 +305,7 @@ def flush_if_released(step: Step, record: Activation) -> None:
     """Once every owned child is released, quiesce and flush (TEAR-2 steps 5-7)."""
     released = _released(record, record.phase)
     if released is not None:
-        step.put(attrs.evolve(record, phase=released))
+        step.put(record.moved(released))
         step.effects.append(FlushSession(step.cause, record.child_id))
 
 
