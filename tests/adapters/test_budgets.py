@@ -29,7 +29,7 @@ from dsh_subagent.adapters.reference.scripted_model import (
 from dsh_subagent.adapters.signals import AbortController, AbortSignal
 from dsh_subagent.adapters.tools.control import render_entry
 from dsh_subagent.adapters.tools.subagent_config import SubagentToolConfig
-from dsh_subagent.core.budget import Budget
+from dsh_subagent.core.budget import Amounts, Budget
 from dsh_subagent.core.budget_log import BUDGET_CHARGED, BUDGET_SET, CHARGED, fold_budget
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.listing import ChildRow
@@ -101,7 +101,7 @@ def test_budget_13_exhaustion_ends_the_childs_turn_mid_turn_naming_the_limit() -
             assert turn_ends(events) == [
                 {"turn": 1, "reason": "budget-exhausted", "limit": "model_requests"}
             ]
-            assert fold_budget(events).consumed.as_tuple() == (3, 30, 15)
+            assert fold_budget(events).consumed == Amounts(3, 30, 15)
             assert sum(e.type == "step/start" for e in events) == 3
             # Closing the child charged its 3 requests and returned the rest of its carve.
             assert harness.service.remaining_budget(parent.id) == Budget(model_requests=7)
@@ -365,7 +365,7 @@ def test_budget_17_usage_is_optional_and_max_tokens_reaches_every_request() -> N
                 child = run.local_agent
                 assert child is not None
                 # No usage reported: only the model request is counted.
-                assert fold_budget(child.session.events).consumed.as_tuple() == (1, 0, 0)
+                assert fold_budget(child.session.events).consumed == Amounts(1, 0, 0)
             parent.followup(create_user_message("hi"))
             await parent.when_idle()
             assert [r.max_tokens for r in metered.requests] == [77]  # uncapped output
@@ -400,7 +400,7 @@ def test_budget_15_a_request_with_no_recorded_answer_is_charged_in_a_record_of_i
         assert [e.data for e in failed if e.type == BUDGET_CHARGED] == [
             {"model_requests": 1, "input_tokens": 1, "output_tokens": 100}
         ]
-        assert fold_budget(failed).consumed.as_tuple() == (1, 1, 100)
+        assert fold_budget(failed).consumed == Amounts(1, 1, 100)
         aborted = await charged_for(FunctionModel(aborting), controller.signal)
         assert not [e for e in aborted if e.type == ASSISTANT_MESSAGE]
         # Aborted after the answer came: its reported usage, recorded though the answer is not.

@@ -15,7 +15,8 @@ Theory of operation
    that asks for no caps of a budgeted parent opens no node: it joins its parent's
    (``core.budget.join``), metering through it, and has no caps to record. The
    ``ChildBudget`` attaches the child agent in its unpublished window (``attach``), or is
-   closed when the start fails or the child settles (one-shot), returning the unused part.
+   closed (once) when the start fails or, by the provider, in the span that settles the
+   one-shot child's result, returning the unused part.
    A continuable child's node stays open while the service lives (its remaining budget is
    listed), and a cold resume reopens it from the child's log (``restore``).
 4. ``admit`` reserves one request, its input estimate (1) and 1 up to the request's
@@ -37,14 +38,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Final, cast
+from typing import Final
 
 import attrs
 
 from dsh_subagent.adapters.clock import epoch_ms
 from dsh_subagent.adapters.protocols import (
     Agent,
-    MeteredAgent,
     StepGrant,
     StepMeter,
     Usage,
@@ -103,6 +103,7 @@ class BudgetBook:
         self._recorded: dict[str, Budget] = {}  # the caps last written to its log
 
     def _now(self) -> int:
+        """The clock in whole ms (``carve`` and ``admit``, a delegation's path, read it inline)."""
         return int(self._clock())
 
     # ------------------------------------------------------------------ host (rule 2, 5)
@@ -191,7 +192,7 @@ class BudgetBook:
         above = None if parent is None else self._node_of.get(parent)
         if above is None and asked is None:
             return None
-        now = self._now()
+        now = int(self._clock())
         if above is None:
             self.ledger = core.open_root(self.ledger, node, asked or _SHARED, now)
         elif asked is None or asked == _SHARED:  # its node would be its parent's (rule 3)
@@ -267,7 +268,7 @@ class BudgetBook:
         node = self._node_of[agent]
         output = max_tokens or DEFAULT_OUTPUT_RESERVATION
         want = Amounts(1, 1, output)
-        granted = core.reserve(self.ledger, node, want, core.MINIMAL_REQUEST, self._now())
+        granted = core.reserve(self.ledger, node, want, core.MINIMAL_REQUEST, int(self._clock()))
         if isinstance(granted, Exhausted):
             name = granted.dimension.value
             raise SubagentError(
@@ -298,14 +299,14 @@ def _meter_installer(agent: Agent) -> Callable[[StepMeter], Unsubscribe]:
     """``agent``'s ``install_meter``, or ``UNSUPPORTED_CAPABILITY`` (an attribute check: an
     ``isinstance`` against the runtime-checkable ``MeteredAgent`` costs more than the rest
     of a delegation's metering)."""
-    install = getattr(agent, "install_meter", None)
+    install: Callable[[StepMeter], Unsubscribe] | None = getattr(agent, "install_meter", None)
     if not callable(install):
         raise SubagentError(
             ErrorCode.UNSUPPORTED_CAPABILITY,
             f"agent {agent.id} cannot meter its model requests",
             field="budget",
         )
-    return cast("MeteredAgent", agent).install_meter
+    return install
 
 
 def _caps_of(ledger: Ledger, node: str, asked: Budget) -> Budget:
@@ -317,19 +318,25 @@ class ChildBudget:
     """A carved node waiting for its child agent, or the parent's node a child joined
     (``shared``, rule 3)."""
 
-    __slots__ = ("_agent", "book", "node", "shared")
+    __slots__ = ("_agent", "_closed", "book", "node", "shared")
 
     def __init__(self, book: BudgetBook, node: str, *, shared: bool = False) -> None:
         self.book = book
         self.node = node
         self.shared = shared
         self._agent: SessionId | None = None
+        self._closed = False
 
     def attach(self, agent: Agent) -> None:
         self._agent = agent.id
         self.book.attach(self.node, agent, own=not self.shared)
 
     def close(self) -> None:
+        """Close (or leave) the node once; a repeat is a no-op (a failed start may settle
+        its run too)."""
+        if self._closed:
+            return
+        self._closed = True
         if self.shared:
             self.book.leave(self.node, self._agent)
         else:

@@ -44,9 +44,10 @@ Theory of operation
    ``.name`` serves both events, and the live provider is ``get_provider(name)`` away while
    ``provider-added`` runs (EVT-1).
 7. Budgets (BUDGET-12, ``docs/budgets.md``): the service's ``BudgetBook`` carves a start's
-   budget before the provider starts it and closes it when the run settles (a provider
-   that cannot meter its children gets no budgeted start); the host sets a root's budget
-   and raises a child's.
+   budget as the last step of admission (``resolve_start_request``), before the provider
+   starts it; the provider closes it when the run's result settles, the service when the
+   start fails (a provider that cannot meter its children gets no budgeted start); the
+   host sets a root's budget and raises a child's.
 """
 
 from __future__ import annotations
@@ -185,9 +186,14 @@ def _check_parent(parent: object) -> Agent:
 
 
 def resolve_start_request(
-    name: str, provider: SubagentProvider, request: object, limits: Limits = DEFAULT_LIMITS
+    name: str,
+    provider: SubagentProvider,
+    request: object,
+    limits: Limits = DEFAULT_LIMITS,
+    budgets: BudgetBook | None = None,
 ) -> ResolvedStartRequest:
-    """Admit a one-shot request for ``provider`` in the order of ONE-2 (rule 2)."""
+    """Admit a one-shot request for ``provider`` in the order of ONE-2 (rule 2); with
+    ``budgets``, carve its budget last, once everything else is admitted (rule 7)."""
     if not isinstance(request, StartRequest):
         raise invalid("request", "must be a StartRequest")
     if not isinstance(request.signal, AbortSignal):
@@ -214,7 +220,14 @@ def resolve_start_request(
     )
     check_budget(request.budget, "request.budget")
     descriptor = one_shot_descriptor(name, core)
-    return ResolvedStartRequest(core, parent, request.signal, descriptor, RunId(str(uuid.uuid4())))
+    run_id = RunId(str(uuid.uuid4()))
+    carved = None
+    if budgets is not None:
+        parent_id = core.parent.session_id
+        if not can_meter_budgets(provider):  # before anything is carved or created
+            budgets.refuse_unmetered(name, parent_id, request.budget)
+        carved = budgets.carve(parent_id, f"run:{run_id}", request.budget)
+    return ResolvedStartRequest(core, parent, request.signal, descriptor, run_id, carved)
 
 
 class SubagentService:
@@ -323,27 +336,14 @@ class SubagentService:
                 f'no subagent provider registered for "{name}"',
                 field="name",
             )
-        resolved = resolve_start_request(name, provider, request, self.limits)
-        if not can_meter_budgets(provider):  # before anything is carved or created
-            self.budgets.refuse_unmetered(name, resolved.parent.id, request.budget)
-        child_budget = self.budgets.carve(
-            resolved.parent.id, f"run:{resolved.run_id}", request.budget
-        )
+        resolved = resolve_start_request(name, provider, request, self.limits, self.budgets)
+        child_budget = resolved.budget
         if child_budget is not None:
-            resolved = ResolvedStartRequest(  # not attrs.evolve: a delegation's hot path
-                resolved.request,
-                resolved.parent,
-                resolved.signal,
-                resolved.descriptor,
-                resolved.run_id,
-                child_budget,
-            )
             try:
-                run = await provider.start(resolved)
+                run = await provider.start(resolved)  # closes it when the result settles
             except BaseException:
                 child_budget.close()
                 raise
-            run.result.add_done_callback(lambda _result: child_budget.close())
         else:
             run = await provider.start(resolved)
         core = resolved.request

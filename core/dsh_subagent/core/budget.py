@@ -46,9 +46,10 @@ Theory of operation
    it meter through its parent's node (its reservations are the parent's, one node write
    each) and counts it as an open child, so the parent cannot close under it; ``leave``
    ends that. A joined child's usage is its parent's for every rule above.
-11. **Cost.** Accounts and nodes are named tuples (immutable, built in one step): a
-   delegation metered through a shared node builds a handful of them, and their
-   construction is most of what budgeting adds to it.
+11. **Cost.** Every ledger value (``Amounts``, ``Account``, ``Node``, ``Reservation``,
+   ``Ledger``) is a named tuple (immutable, built in one step; an ``Amounts`` indexes by
+   a dimension's position in ``COUNTED``): a delegation metered through a shared node
+   builds a handful of them, and their construction is most of what budgeting adds to it.
 """
 
 from __future__ import annotations
@@ -79,16 +80,13 @@ COUNTED_NAMES: Final = tuple(dimension.value for dimension in COUNTED)
 """The wire names of ``COUNTED`` (reading an enum's ``value`` costs a descriptor call)."""
 
 
-@attrs.frozen
-class Amounts:
-    """An amount per counted dimension (usage, a reservation's want or grant)."""
+class Amounts(NamedTuple):
+    """An amount per counted dimension (usage, a reservation's want or grant), in
+    ``COUNTED`` order: a named tuple, indexed by a dimension's position (rule 11)."""
 
     model_requests: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-
-    def as_tuple(self) -> tuple[int, int, int]:
-        return (self.model_requests, self.input_tokens, self.output_tokens)
 
 
 @attrs.frozen
@@ -189,8 +187,7 @@ class Node(NamedTuple):
     outstanding: int = 0
 
 
-@attrs.frozen
-class Reservation:
+class Reservation(NamedTuple):
     """A granted reservation, settled exactly once."""
 
     id: int
@@ -205,12 +202,12 @@ class Exhausted:
     dimension: Dimension
 
 
-@attrs.frozen
-class Ledger:
-    """Every open node and every unsettled reservation."""
+class Ledger(NamedTuple):
+    """Every open node and every unsettled reservation (a named tuple; its empty maps are
+    shared, as a ``PMap`` never changes)."""
 
-    nodes: PMap[str, Node] = attrs.field(factory=PMap)
-    reservations: PMap[int, Reservation] = attrs.field(factory=PMap)
+    nodes: PMap[str, Node] = PMap()
+    reservations: PMap[int, Reservation] = PMap()
     next_reservation: int = 0
 
 
@@ -328,12 +325,11 @@ def reserve(
     opened = _node(ledger, node)
     if opened.deadline_ms is not None and now_ms >= opened.deadline_ms:
         return Exhausted(Dimension.WALL_TIME)
-    wants, leasts = want.as_tuple(), at_least.as_tuple()
     granted = [0, 0, 0]
     nodes = ledger.nodes
     edits: dict[str, _Edit] = {node: (opened, list(opened.own), [0, 1])}
     for index, payer in enumerate(opened.payers):
-        wanted, least = wants[index], leasts[index]
+        wanted, least = want[index], at_least[index]
         if not 0 <= least <= wanted:
             raise invalid(
                 f"want.{COUNTED_NAMES[index]}",
@@ -372,8 +368,8 @@ def settle(ledger: Ledger, reservation: int, used: Amounts | None) -> Ledger:
             f"reservation {reservation} is not outstanding",
             field="reservation",
         )
-    grants = held.granted.as_tuple()
-    spent = grants if used is None else used.as_tuple()
+    grants = held.granted
+    spent = grants if used is None else used
     nodes = ledger.nodes
     opened = nodes[held.node]
     edits: dict[str, _Edit] = {held.node: (opened, list(opened.own), [0, -1])}
@@ -384,8 +380,10 @@ def settle(ledger: Ledger, reservation: int, used: Amounts | None) -> Ledger:
             )
         if payer is None:
             continue
-        account = _own(nodes, edits, payer, index)
-        edits[payer][1][index] = Account(
+        own = (edits.get(payer) or _edit(nodes, edits, payer))[1]
+        account = own[index]
+        assert account is not None, "a payer owns its account"
+        own[index] = Account(
             account.limit,
             account.consumed + spent[index],
             account.reserved - grants[index],
@@ -462,7 +460,7 @@ def charge(ledger: Ledger, node: str, used: Amounts) -> Ledger:
     opened = _node(ledger, node)
     nodes = ledger.nodes
     edits: dict[str, _Edit] = {}
-    for index, spent in enumerate(used.as_tuple()):
+    for index, spent in enumerate(used):
         if spent < 0:
             raise invalid(f"used.{COUNTED[index].value}", f"must be non-negative, got {spent}")
         payer = opened.payers[index]
@@ -523,7 +521,7 @@ def raise_caps(ledger: Ledger, node: str, budget: Budget, now_ms: int) -> Ledger
         deadline = max(deadline, later or deadline)
     nodes = _written(nodes, edits)
     me = nodes[node]
-    return attrs.evolve(ledger, nodes=nodes.set(node, me._replace(deadline_ms=deadline)))
+    return ledger._replace(nodes=nodes.set(node, me._replace(deadline_ms=deadline)))
 
 
 def caps(ledger: Ledger, node: str) -> Budget:

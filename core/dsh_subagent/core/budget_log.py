@@ -56,7 +56,7 @@ CHARGED: Final = "charged"
 def charged_data(used: Amounts) -> JsonObject:
     """The charge of one settled request: a ``budget/charged`` payload or the ``charged`` of
     an ``assistant/message`` (rule 2)."""
-    return dict(zip(COUNTED_NAMES, used.as_tuple(), strict=True))
+    return dict(zip(COUNTED_NAMES, used, strict=True))
 
 
 def _count(data: Mapping[str, JsonValue], key: str, field: str) -> int | None:
@@ -143,7 +143,7 @@ def stored_remaining(events: Sequence[SessionEvent]) -> Budget | None:
         return None
     left = [
         None if cap is None else max(cap - used, 0)
-        for cap, used in zip(caps, record.consumed.as_tuple(), strict=True)
+        for cap, used in zip(caps, record.consumed, strict=True)
     ]
     return Budget(left[0], left[1], left[2], None)
 

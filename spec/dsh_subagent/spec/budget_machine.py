@@ -113,7 +113,7 @@ class BudgetMachine(RuleBasedStateMachine):
             assert payer is not None
             account = before.nodes[payer].own[index]
             assert account is not None
-            assert account.remaining < least.as_tuple()[index]
+            assert account.remaining < least[index]
             return
         self.ledger, reservation = result
         self.grants[reservation.id] = _Charge(self._path(node), reservation.granted)
@@ -151,7 +151,7 @@ class BudgetMachine(RuleBasedStateMachine):
         totals = [0, 0, 0]
         for charge in itertools.chain(self.grants.values(), self.settled):
             if node in charge.path:
-                for index, amount in enumerate(charge.amounts.as_tuple()):
+                for index, amount in enumerate(charge.amounts):
                     totals[index] += amount
         return (totals[0], totals[1], totals[2])
 

@@ -26,7 +26,9 @@ Theory of operation
    block ends. ``DisposeOnExit`` gives any run class that behaviour from its ``dispose``.
 6. A provider that meters its children against a tree budget declares ``meters_budgets =
    True`` (``can_meter_budgets``); the service refuses a budgeted start through any other
-   provider before anything is created (BUDGET-12).
+   provider before anything is created (BUDGET-12). Such a provider closes the request's
+   ``budget`` when its run's result settles (``DrivenRun`` does, in the span that settles
+   it) and the service closes it when the start fails.
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ class ResolvedStartRequest:
     """What ``provider.start`` receives: the validated request plus what the service resolved.
 
     ``budget`` is the child's carved budget node when it or its parent is budgeted: an
-    in-process provider attaches the child agent to it in its unpublished window."""
+    in-process provider attaches the child agent to it in its unpublished window and closes
+    it when the run's result settles (rule 6)."""
 
     request: SubagentStartRequest
     parent: Agent = attrs.field(eq=False)
@@ -270,8 +273,10 @@ class DrivenRun(DisposeOnExit, abc.ABC):
             case oneshot.CancelRemainingWork():
                 self._cancel_work()
             case oneshot.ResolveResult(result=result):
+                self._close_budget()
                 self._result.set_result(result)
             case oneshot.RejectResult(message=message):
+                self._close_budget()
                 self._result.set_exception(self._fault or RuntimeError(message))
             case oneshot.AwaitQuiescence():
                 self._spawn(self._quiesce())
@@ -283,6 +288,11 @@ class DrivenRun(DisposeOnExit, abc.ABC):
                     self._disposal().set_exception(self._release_error or RuntimeError(failure))
             case _:
                 assert_never(effect)
+
+    def _close_budget(self) -> None:
+        """Return the child's unused budget as its result settles (rule 6)."""
+        if self._request.budget is not None:
+            self._request.budget.close()
 
     def _spawn(self, work: Coroutine[object, object, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)

@@ -54,7 +54,6 @@ from dsh_subagent.adapters.protocols import (
     InboxTarget,
     Model,
     ModelRequest,
-    ModelStep,
     Session,
     StatusNotification,
     StepEntering,
@@ -639,18 +638,6 @@ class ReferenceAgent:
                 raise
             return (exc.field or "budget").removeprefix("budget.")
 
-    async def _ask_metered(
-        self, request: ModelRequest, grant: StepGrant, meter: StepMeter
-    ) -> tuple[ModelStep, JsonObject | None]:
-        """The model's answer and the charge to record with it, settling the grant either
-        way (rule 6)."""
-        try:
-            result = await abortable(self._model.step(request), request.signal)
-        except BaseException:
-            self._record_charge(meter.settle(self.id, grant, None, ok=False))
-            raise
-        return result, meter.settle(self.id, grant, result.usage, ok=True)
-
     def _record_charge(self, charged: JsonObject | None) -> None:
         """Record a charge no answer carries (rule 6)."""
         if charged is not None:
@@ -671,10 +658,15 @@ class ReferenceAgent:
             max_tokens=self.options.max_tokens if grant is None else grant.max_tokens,
         )
         meter = self._meter  # the meter that admitted it settles it, even if removed since
-        if grant is None or meter is None:  # the model's own awaitable: no frame of ours
-            result, charged = await abortable(self._model.step(request), request.signal), None
-        else:
-            result, charged = await self._ask_metered(request, grant, meter)
+        charged: JsonObject | None = None
+        try:  # the model's own awaitable, metered or not: no frame of ours in between
+            result = await abortable(self._model.step(request), request.signal)
+        except BaseException:
+            if grant is not None and meter is not None:  # the whole grant (rule 6)
+                self._record_charge(meter.settle(request.agent, grant, None, ok=False))
+            raise
+        if grant is not None and meter is not None:
+            charged = meter.settle(request.agent, grant, result.usage, ok=True)
         try:
             signal.throw_if_aborted()
             for chunk in result.chunks:
