@@ -145,13 +145,7 @@ class Mailbox:
     def after_release(self, live: LiveChild) -> None:
         """Once ``live`` is released, look again: mail that came during its teardown, unless
         the release saw no row for it (none can come to a free child)."""
-        child_id = live.child_id
-
-        def look(_released: object) -> None:
-            if live.mail_at_release:
-                self.notice(child_id)
-
-        live.released.add_done_callback(look)
+        live.released.add_done_callback(_LookAfterRelease(self, live))
 
     async def _pass(self, child_id: SessionId) -> None:
         try:
@@ -234,3 +228,18 @@ class Mailbox:
 
 
 __all__ = ["Mailbox", "mailbox_of"]
+
+
+class _LookAfterRelease:
+    """``after_release``'s done callback: one slotted object per child, not a closure and
+    its cells (each is kept while the child lives, and walked by the collector)."""
+
+    __slots__ = ("_live", "_mailbox")
+
+    def __init__(self, mailbox: Mailbox, live: LiveChild) -> None:
+        self._mailbox = mailbox
+        self._live = live
+
+    def __call__(self, _released: object) -> None:
+        if self._live.mail_at_release:
+            self._mailbox.notice(self._live.child_id)

@@ -13,10 +13,11 @@ Theory of operation
    released at once, which invalidates the batch (SETUP-3). An installer that raises rolls
    the batch back (every release attempted, secondary failures swallowed) and the original
    error propagates, so the child is never published (SETUP-4).
-3. After a successful apply, the child scope gets a cleanup releasing every installation
-   left for that child (SETUP-5). ``apply`` returns a ``SetupCommit``; its ``commit()`` is
-   called synchronously right before publication and raises ``ACTIVATION_SETUP_REVOKED``
-   if the batch was invalidated, else marks the installations resident (SETUP-6).
+3. After a successful apply that installed anything, the child scope gets a cleanup
+   releasing every installation left for that child (SETUP-5). ``apply`` returns a
+   ``SetupCommit``; its ``commit()`` is called synchronously right before publication and
+   raises ``ACTIVATION_SETUP_REVOKED`` if the batch was invalidated, else marks the
+   installations resident (SETUP-6).
 4. Removing a registration marks it removed first (closing it to applies already iterating
    a snapshot), drops it from the list and releases every installation, resident or still
    provisioning; releasing a provisioning one invalidates its batch (SETUP-7). Each
@@ -125,7 +126,10 @@ class ContinuableSetupRegistry:
             with contextlib.suppress(SubagentError):
                 self._release_all(batch.installations, "setup rollback")
             raise
-        child_scope.defer(lambda: self._release_child(child_scope))
+        if child_scope in self._by_child:
+            # Nothing can be installed into this scope later (SETUP-10), so a scope without
+            # installations needs no cleanup (and keeps no closure while the child lives).
+            child_scope.defer(lambda: self._release_child(child_scope))
         return SetupCommit(batch)
 
     def installed(self, child_scope: Scope) -> int:
