@@ -8,7 +8,15 @@ import pytest
 
 from dsh_subagent.core import budget as b
 from dsh_subagent.core.budget import Amounts, Budget, Exhausted, Ledger
-from dsh_subagent.core.budget_log import BUDGET_CHARGED, decode_budget, fold_budget
+from dsh_subagent.core.budget_log import (
+    BUDGET_CHARGED,
+    BUDGET_SET,
+    budget_data,
+    charged_data,
+    decode_budget,
+    fold_budget,
+    stored_remaining,
+)
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.values import JsonValue, SessionEvent
 
@@ -141,3 +149,119 @@ def test_budget_15_a_damaged_charge_is_a_corrupt_session_naming_the_record() -> 
         "events[3].data",
         "INVALID_ARGUMENT [events[3].data]: events[3].data: not an object",
     )
+
+
+# The whole-core run at 7d8972a (docs/mutation.md): the tree's carve and counters.
+
+
+def _reserve(ledger: Ledger, node: str, want: Amounts = ONE_REQUEST) -> tuple[Ledger, int]:
+    result = b.reserve(ledger, node, want, want, 0)
+    assert not isinstance(result, Exhausted)
+    return result[0], result[1].id
+
+
+def test_budget_8_reservation_ids_stay_distinct_across_every_ledger_operation() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=20), 0)
+    ledger = b.open_root(ledger, "other", Budget(model_requests=1), 0)
+    ledger, first = _reserve(ledger, "root")  # stays outstanding throughout
+    ids = [first]
+    steps: list[Callable[[Ledger], Ledger]] = [
+        lambda led: b.open_child(led, "root", "kid", Budget(model_requests=2), 0),
+        lambda led: b.close(led, "kid"),
+        lambda led: b.close(led, "other"),  # a root's close keeps the others' reservations
+        lambda led: b.join(led, "root", 0),
+        lambda led: b.leave(led, "root"),
+        lambda led: b.charge(led, "root", ONE_REQUEST),
+        lambda led: b.settle(led, ids[-1], None),
+    ]
+    for step in steps:
+        ledger, grant = _reserve(step(ledger), "root")
+        ids.append(grant)
+    assert len(set(ids)) == len(ids)
+    assert len(ledger.reservations) == len(ids) - 1  # one settled: none overwritten
+    assert ledger.reservations[first].id == first
+
+
+def test_budget_3_a_payers_carve_survives_its_own_reservations_and_settlements() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=10), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(model_requests=4), 0)
+    ledger, grant = _reserve(ledger, "root")
+    assert b.remaining(ledger, "root").model_requests == 10 - 4 - 1
+    ledger = b.settle(ledger, grant, None)
+    assert b.remaining(ledger, "root").model_requests == 10 - 4 - 1
+    assert ledger.nodes["root"].own[0] == b.Account(limit=10, consumed=1, carved=4)
+
+
+def test_budget_6_closing_a_child_keeps_the_payers_reservations_and_other_carves() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=10), 0)
+    ledger = b.open_child(ledger, "root", "a", Budget(model_requests=4), 0)
+    ledger = b.open_child(ledger, "root", "b", Budget(model_requests=3), 0)
+    ledger, _ = _reserve(ledger, "root")
+    ledger = b.close(ledger, "a")
+    assert ledger.nodes["root"].own[0] == b.Account(limit=10, reserved=1, carved=3)
+
+
+def test_budget_3_a_grandchild_carves_from_a_payer_above_its_uncapped_parent() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=10), 0)
+    ledger = b.open_child(ledger, "root", "mid", Budget(), 0)  # shares root's account
+    ledger = b.open_child(ledger, "mid", "leaf", Budget(model_requests=4), 0)
+    assert ledger.nodes["root"].own[0] == b.Account(limit=10, carved=4)
+    ledger, grant = _reserve(ledger, "leaf")
+    ledger = b.close(b.settle(ledger, grant, None), "leaf")
+    assert ledger.nodes["root"].own[0] == b.Account(limit=10, consumed=1)
+
+
+def test_budget_6_open_and_joined_children_are_counted_until_each_ends() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=10), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(model_requests=2), 0)
+    ledger = b.join(ledger, "root", 0)
+    assert ledger.nodes["root"].open_children == 2
+    ledger = b.close(ledger, "kid")
+    assert ledger.nodes["root"].open_children == 1
+    assert _refusal(b.close, ledger, "root")[0] is ErrorCode.ILLEGAL_TRANSITION
+    ledger = b.leave(ledger, "root")
+    assert ledger.nodes["root"].open_children == 0
+    assert "root" not in b.close(ledger, "root").nodes
+
+
+def test_budget_10_a_join_keeps_the_nodes_parent_deadline_and_reservations() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=10, wall_ms=100), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(model_requests=2), 0)
+    ledger, grant = _reserve(ledger, "kid")
+    ledger = b.leave(b.join(ledger, "kid", 0), "kid")
+    assert ledger.nodes["kid"] == b.Node(
+        "root",
+        ledger.nodes["kid"].own,
+        ("kid", None, None),
+        100,
+        open_children=0,
+        outstanding=1,
+    )
+    assert _refusal(b.close, ledger, "kid")[0] is ErrorCode.ILLEGAL_TRANSITION
+    assert b.reserve(ledger, "kid", ONE_REQUEST, ONE_REQUEST, 100) == Exhausted(
+        b.Dimension.WALL_TIME
+    )
+    ledger = b.close(b.settle(ledger, grant, None), "kid")
+    assert ledger.nodes["root"].open_children == 0
+
+
+def test_budget_10_a_join_past_the_deadline_and_a_leave_without_a_join_name_the_node() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(wall_ms=10), 0)
+    assert _refusal(b.join, ledger, "root", 10) == (
+        ErrorCode.BUDGET_EXHAUSTED,
+        "budget.wall_ms",
+        "the budget of 'root' is exhausted: no wall_ms left",
+    )
+    assert _refusal(b.leave, ledger, "root") == (
+        ErrorCode.ILLEGAL_TRANSITION,
+        "node",
+        "budget node 'root' has no open child",
+    )
+
+
+def test_budget_16_a_stored_input_token_cap_folds_its_remaining() -> None:
+    events = [
+        SessionEvent(BUDGET_SET, 0, 0.0, budget_data(Budget(input_tokens=100))),
+        SessionEvent(BUDGET_CHARGED, 1, 0.0, charged_data(Amounts(1, 30, 2))),
+    ]
+    assert stored_remaining(events) == Budget(input_tokens=70)

@@ -15,6 +15,7 @@ from dsh_subagent.core.jobs import (
     CancelReturned,
     JobCompleted,
     JobOutcome,
+    JobsConfig,
     JobsState,
     JobStarted,
     JobStatus,
@@ -23,9 +24,13 @@ from dsh_subagent.core.jobs import (
     OutputRead,
     OwnerDisposed,
     ReleaseWaiters,
+    StartRequested,
+    WatchProducer,
     apply,
+    in_order,
 )
 from dsh_subagent.core.notices import NoticeRoute
+from dsh_subagent.core.values import EventId
 from tests.core.test_jobs import ALICE, E, started
 
 
@@ -93,3 +98,38 @@ def test_bg_36_reading_a_reported_stopping_job_keeps_it_reported() -> None:
     assert state.jobs[job].reported
     state, _ = apply(state, OutputRead(E, job))
     assert state.jobs[job].reported
+
+
+# The whole-core run at 7d8972a (docs/mutation.md).
+
+
+def test_bg_30_a_bad_registry_limit_is_refused_by_name() -> None:
+    with pytest.raises(SubagentError) as info:
+        JobsConfig(max_per_owner=0)
+    assert (info.value.code, info.value.message) == (
+        ErrorCode.INVALID_ARGUMENT,
+        "max_per_owner: must be a positive integer",
+    )
+    with pytest.raises(SubagentError) as info:
+        JobsConfig(max_consecutive_wakes=-1)
+    assert (info.value.code, info.value.message) == (
+        ErrorCode.INVALID_ARGUMENT,
+        "max_consecutive_wakes: must be a whole number of turns",
+    )
+
+
+def test_bg_2_a_started_job_keeps_its_kind_and_label_and_is_watched_by_its_event() -> None:
+    state, effects = apply(JobsState(), StartRequested(EventId("ask"), ALICE, owner_live=True))
+    state, effects = apply(state, JobStarted(EventId("went"), ALICE, "build", "make all", 2.0))
+    assert effects == (WatchProducer(EventId("went"), "build-1"),)
+    job = state.jobs["build-1"]
+    assert (job.kind, job.label, job.owner, job.started_at) == ("build", "make all", ALICE, 2.0)
+
+
+def test_bg_32_jobs_list_in_registration_order_past_the_small_map() -> None:
+    state = JobsState(config=JobsConfig(max_per_owner=100))
+    registered = []
+    for _ in range(40):
+        state, job_id = started(state)
+        registered.append(job_id)
+    assert [job.id for job in in_order(state)] == registered
