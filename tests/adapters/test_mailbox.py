@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import pytest
 
 from dsh_subagent.adapters.protocols import InboxNotification
+from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
 from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
@@ -54,18 +55,27 @@ async def _stores(backend: str, where: str) -> tuple[Store, Store]:
     return one, await SqlitePersistence.open(path, mailbox_poll=0.01)
 
 
+async def _held_child_on_two(
+    backend: str, where: str
+) -> tuple[tuple[Store, Store], tuple[Harness, Harness], ReferenceAgent, ReferenceAgent, Gate]:
+    """Two harnesses on one store, harness one holding child ``c`` (its turn held by the
+    gate, its log flushed): ``((a, b), (one, two), root, child, gate)``."""
+    a, b = await _stores(backend, where)
+    one, two = Harness(a, ids="one"), Harness(b, ids="two")
+    root = await one.root()
+    gate = Gate()
+    one.script("c", Gated(gate, reply("working")))
+    child = await one.start(root, "c")
+    await one.store.flush(child.session)
+    return (a, b), (one, two), root, child, gate
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_dur_22_the_holder_delivers_mail_from_another_harness_on_the_store(
     where: str, backend: str
 ) -> None:
     async def main() -> None:
-        a, b = await _stores(backend, where)
-        one, two = Harness(a, ids="one"), Harness(b, ids="two")
-        root = await one.root()
-        gate = Gate()
-        one.script("c", Gated(gate, reply("working")))
-        child = await one.start(root, "c")
-        await one.store.flush(child.session)
+        (a, b), (one, two), root, child, gate = await _held_child_on_two(backend, where)
         arrived: list[UserMessage] = []
         three = asyncio.Event()
 
@@ -136,13 +146,7 @@ def test_dur_23_no_mailbox_pass_runs_after_a_whole_drain(
     read the store after the harness closed it; the rows stay for the next taker."""
 
     async def main() -> None:
-        a, b = await _stores(backend, where)
-        one, two = Harness(a, ids="one"), Harness(b, ids="two")
-        root = await one.root()
-        gate = Gate()
-        one.script("c", Gated(gate, reply("working")))
-        child = await one.start(root, "c")
-        await one.store.flush(child.session)
+        (a, b), (one, two), root, child, gate = await _held_child_on_two(backend, where)
         arrived = asyncio.Event()
         child.inserted.subscribe(lambda _note: arrived.set())
         grant = two.manager.user_authority()
@@ -169,13 +173,7 @@ def test_dur_25_delivered_mail_leaves_the_mailbox_when_its_holder_releases_the_c
     prune them, so the mailbox does not grow with the mail delivered."""
 
     async def main() -> None:
-        a, b = await _stores(backend, where)
-        one, two = Harness(a, ids="one"), Harness(b, ids="two")
-        root = await one.root()
-        gate = Gate()
-        one.script("c", Gated(gate, reply("working")))
-        child = await one.start(root, "c")
-        await one.store.flush(child.session)
+        (a, b), (one, two), root, child, gate = await _held_child_on_two(backend, where)
         arrived: list[MessageId] = []
         ten = asyncio.Event()
 
