@@ -282,16 +282,20 @@ async def stored_ids(db: Path, session_id: SessionId) -> list[JsonValue]:
 
 
 async def _running_child(
-    harness: ReferenceHarness, gate: Gate
-) -> tuple[ReferenceAgent, ReferenceAgent]:
-    """Root and child ``p``, whose first model step is held at ``gate``."""
+    db: Path, models: Models
+) -> tuple[ReferenceHarness, HeldWrites, Gate, ReferenceAgent, ReferenceAgent]:
+    """A held-writes harness on ``db`` with root and child ``p``, whose first model step is
+    held at the returned gate: ``(harness, persistence, gate, root, child)``."""
+    gate = Gate()
+    models.of(P).extend([Gated(gate, reply("first"))])
+    harness, persistence = await held_harness(db, models)
     root = await harness.create_agent("root")
     spec = ContinuableStartSpec("spawn", "w", root, (TextBlock("go"),), child_id=P)
     await harness.service.start_continuable(spec)
     await gate.reached()
     child = harness.registry.get(P)
     assert child is not None
-    return root, child
+    return harness, persistence, gate, root, child
 
 
 def test_dur_1_a_followup_returns_only_once_its_message_is_stored(tmp_path: Path) -> None:
@@ -299,10 +303,7 @@ def test_dur_1_a_followup_returns_only_once_its_message_is_stored(tmp_path: Path
     models = Models()
 
     async def main() -> None:
-        gate = Gate()
-        models.of(P).extend([Gated(gate, reply("first"))])
-        harness, persistence = await held_harness(db, models)
-        root, _ = await _running_child(harness, gate)
+        harness, persistence, gate, root, _ = await _running_child(db, models)
         persistence.held, persistence.reached = asyncio.Event(), asyncio.Event()
         call = asyncio.ensure_future(
             harness.service.followup(P, (TextBlock("more"),), ParentAgent(root), source=COORD)
@@ -327,10 +328,7 @@ def test_dur_1_a_failed_commit_raises_durability_failed_with_the_message_id(
     models = Models()
 
     async def main() -> None:
-        gate = Gate()
-        models.of(P).extend([Gated(gate, reply("first"))])
-        harness, persistence = await held_harness(db, models)
-        root, child = await _running_child(harness, gate)
+        harness, persistence, gate, root, child = await _running_child(db, models)
         persistence.failing = True
         with pytest.raises(DurabilityFailed) as raised:
             await harness.service.followup(P, (TextBlock("more"),), ParentAgent(root), source=COORD)
@@ -351,10 +349,7 @@ def test_dur_5_an_abort_or_a_cancel_while_durability_is_awaited_withdraws_nothin
     models = Models()
 
     async def main() -> None:
-        gate = Gate()
-        models.of(P).extend([Gated(gate, reply("first"))])
-        harness, persistence = await held_harness(db, models)
-        root, _ = await _running_child(harness, gate)
+        harness, persistence, gate, root, _ = await _running_child(db, models)
         persistence.held, persistence.reached = asyncio.Event(), asyncio.Event()
         controller = AbortController()
         aborted = asyncio.ensure_future(
@@ -417,10 +412,7 @@ def test_dur_1_a_settlement_notice_whose_commit_fails_is_logged_and_the_drain_re
     models = Models()
 
     async def main() -> None:
-        gate = Gate()
-        models.of(P).extend([Gated(gate, reply("first"))])
-        harness, persistence = await held_harness(db, models)
-        await _running_child(harness, gate)
+        harness, persistence, *_ = await _running_child(db, models)
         persistence.failing = True
         await harness.service.drain_continuable()  # the release resolves all the same
         assert harness.service.activation_state(P) is None
