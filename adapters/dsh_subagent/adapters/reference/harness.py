@@ -352,8 +352,8 @@ class ReferenceHarness:
 
         await attempt(self.service.drain_continuable())
         sessions = self.store.list()
-        for session in sessions:
-            await attempt(self.store.flush(session))
+        for session in sessions:  # ``commit``: a session may leave the store meanwhile
+            await attempt(self.store.commit(session))
         await attempt(self.registry.close())
         # Disposal itself writes (each inbox's cancel splice): persist that tail too.
         for session in sessions:
