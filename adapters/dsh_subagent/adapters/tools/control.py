@@ -94,13 +94,10 @@ LIST_DESCRIPTION: Final = (
 
 def _send_wording(child_id: str) -> Wording:
     closing = f'subagent "{child_id}" activation is being disposed; the message was not accepted'
+    foreign = f'subagent "{child_id}" belongs to another parent session'
     return {
-        (ErrorCode.UNAUTHORIZED, "child belongs to another parent session"): (
-            f'subagent "{child_id}" belongs to another parent session'
-        ),
-        (ErrorCode.UNAUTHORIZED, "not the child's durable direct parent"): (
-            f'subagent "{child_id}" belongs to another parent session'
-        ),
+        (ErrorCode.UNAUTHORIZED, "child belongs to another parent session"): foreign,
+        (ErrorCode.UNAUTHORIZED, "not the child's durable direct parent"): foreign,
         (ErrorCode.UNAUTHORIZED, None): (
             f'subagent "{child_id}" delivery requires the exact live parent agent'
         ),
