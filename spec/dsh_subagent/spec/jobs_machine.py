@@ -20,57 +20,30 @@ import itertools
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
+from dsh_subagent.core import jobs
 from dsh_subagent.core.errors import ErrorCode, SubagentError
-from dsh_subagent.core.jobs import (
-    ABSENT,
-    LIVE,
-    SETTLEMENT_OF,
-    TERMINAL,
-    CancelProducer,
-    CancelRaised,
-    CancelReturned,
-    JobEffect,
-    JobEvent,
-    JobPhase,
-    JobsConfig,
-    JobsState,
-    JobStarted,
-    JobStatus,
-    KillRequested,
-    NotifyOwner,
-    OutputRead,
-    Owner,
-    OwnerDisposed,
-    OwnerReleased,
-    RunStarter,
-    StartRequested,
-    UserMessageClaimed,
-    WatchProducer,
-    apply,
-    live_count,
-)
 from dsh_subagent.core.notices import CompletionDelivery, NoticeRoute
 from dsh_subagent.core.values import EventId, SessionId
 from dsh_subagent.spec.charts import JobChart, edges
 
 CHART_EDGES = edges(JobChart)
-OWNERS = [Owner(key, SessionId(f"owner-{key}")) for key in (1, 2, 3)]
+OWNERS = [jobs.Owner(key, SessionId(f"owner-{key}")) for key in (1, 2, 3)]
 KINDS = st.sampled_from(["subagent", "other"])
 
 
-def _phase(state: JobsState, job_id: str) -> JobPhase:
+def _phase(state: jobs.JobsState, job_id: str) -> jobs.JobPhase:
     job = state.jobs.get(job_id)
-    return ABSENT if job is None else job.status
+    return jobs.ABSENT if job is None else job.status
 
 
 class JobsMachine(RuleBasedStateMachine):
     """Drives ``core.jobs.apply`` and one ``JobChart`` per job in lockstep."""
 
-    jobs = Bundle("jobs")
+    job_ids = Bundle("jobs")
 
     def __init__(self) -> None:
         super().__init__()
-        self.state = JobsState()
+        self.state = jobs.JobsState()
         self.charts: dict[str, JobChart] = {}
         self.ids = itertools.count()
         self.allocated: set[str] = set()
@@ -84,27 +57,27 @@ class JobsMachine(RuleBasedStateMachine):
         wakes=st.integers(0, 2),
     )
     def configure(self, limit: int, delivery: CompletionDelivery, wakes: int) -> None:
-        self.state = JobsState(JobsConfig(limit, delivery, wakes))
+        self.state = jobs.JobsState(jobs.JobsConfig(limit, delivery, wakes))
 
     # ------------------------------------------------------------------ plumbing
 
     def _eid(self) -> EventId:
         return EventId(f"e{next(self.ids)}")
 
-    def _subjects(self, event: JobEvent) -> list[str]:
+    def _subjects(self, event: jobs.JobEvent) -> list[str]:
         match event:
-            case OwnerDisposed(owner_key=key) | OwnerReleased(owner_key=key):
+            case jobs.OwnerDisposed(owner_key=key) | jobs.OwnerReleased(owner_key=key):
                 return [j.id for j in self.state.jobs.values() if j.owner.key == key]
-            case StartRequested() | JobStarted() | UserMessageClaimed():
+            case jobs.StartRequested() | jobs.JobStarted() | jobs.UserMessageClaimed():
                 return []
             case _:
                 return [event.job_id]
 
-    def _apply(self, event: JobEvent) -> tuple[JobEffect, ...]:
+    def _apply(self, event: jobs.JobEvent) -> tuple[jobs.JobEffect, ...]:
         name = type(event).__name__
         subjects = self._subjects(event)
         try:
-            after, effects = apply(self.state, event)
+            after, effects = jobs.apply(self.state, event)
         except SubagentError as error:
             refused = (ErrorCode.ILLEGAL_TRANSITION, ErrorCode.INVALID_ARGUMENT)
             assert error.code in refused, error  # noqa: PT017
@@ -115,12 +88,12 @@ class JobsMachine(RuleBasedStateMachine):
             ), f"core refused {name} in {sources}, the chart accepts it"
             return ()
         for effect in effects:
-            if isinstance(effect, WatchProducer):
+            if isinstance(effect, jobs.WatchProducer):
                 assert effect.job_id not in self.allocated, f"id {effect.job_id} reused (BG-4)"
                 self.allocated.add(effect.job_id)
                 self.charts[effect.job_id] = JobChart()
                 subjects.append(effect.job_id)
-            if isinstance(effect, NotifyOwner):
+            if isinstance(effect, jobs.NotifyOwner):
                 self.notices[effect.job_id] += 1
                 quiet = self.state.config.delivery is CompletionDelivery.QUIET
                 assert not (quiet and effect.route is NoticeRoute.FOLLOWUP), "BG-37"
@@ -135,78 +108,78 @@ class JobsMachine(RuleBasedStateMachine):
         self.state = after
         return effects
 
-    def _cancels(self, effects: tuple[JobEffect, ...], raises: bool) -> None:
+    def _cancels(self, effects: tuple[jobs.JobEffect, ...], raises: bool) -> None:
         """Perform the ``CancelProducer`` effects the way the adapter does."""
         for effect in effects:
-            if not isinstance(effect, CancelProducer):
+            if not isinstance(effect, jobs.CancelProducer):
                 continue
             if effect.kill and not raises:
-                self._apply(CancelReturned(self._eid(), effect.job_id))
+                self._apply(jobs.CancelReturned(self._eid(), effect.job_id))
             elif not effect.kill and raises:
-                self._apply(CancelRaised(self._eid(), effect.job_id, "boom", 9.0))
+                self._apply(jobs.CancelRaised(self._eid(), effect.job_id, "boom", 9.0))
 
     # ------------------------------------------------------------------ rules
 
-    @rule(target=jobs, owner=st.sampled_from(OWNERS), kind=KINDS, dead=st.booleans())
-    def StartRequested(self, owner: Owner, kind: str, dead: bool) -> str:
+    @rule(target=job_ids, owner=st.sampled_from(OWNERS), kind=KINDS, dead=st.booleans())
+    def StartRequested(self, owner: jobs.Owner, kind: str, dead: bool) -> str:
         live = not dead and owner.key not in self.disposed
-        effects = self._apply(StartRequested(self._eid(), owner, live))
-        if not any(isinstance(effect, RunStarter) for effect in effects):
+        effects = self._apply(jobs.StartRequested(self._eid(), owner, live))
+        if not any(isinstance(effect, jobs.RunStarter) for effect in effects):
             return "absent-job"
-        effects = self._apply(JobStarted(self._eid(), owner, kind, "label", 1.0))
+        effects = self._apply(jobs.JobStarted(self._eid(), owner, kind, "label", 1.0))
         (watch,) = effects
-        assert isinstance(watch, WatchProducer)
+        assert isinstance(watch, jobs.WatchProducer)
         return watch.job_id
 
     @rule(
-        job=jobs,
-        status=st.sampled_from(sorted(TERMINAL, key=lambda s: s.value)),
+        job=job_ids,
+        status=st.sampled_from(sorted(jobs.TERMINAL, key=lambda s: s.value)),
         observed=st.booleans(),
         idle=st.booleans(),
     )
-    def Settled(self, job: str, status: JobStatus, observed: bool, idle: bool) -> None:
+    def Settled(self, job: str, status: jobs.JobStatus, observed: bool, idle: bool) -> None:
         if job in self.charts:
             eid = self._eid()
-            event = SETTLEMENT_OF[status](
+            event = jobs.SETTLEMENT_OF[status](
                 eid, job, 2.0, f"out {eid}", None, observed=observed, owner_idle=idle
             )
             self._apply(event)
 
-    @rule(job=jobs, raises=st.booleans())
+    @rule(job=job_ids, raises=st.booleans())
     def KillRequested(self, job: str, raises: bool) -> None:
         if job in self.charts:
-            self._cancels(self._apply(KillRequested(self._eid(), job)), raises)
+            self._cancels(self._apply(jobs.KillRequested(self._eid(), job)), raises)
 
-    @rule(job=jobs)
+    @rule(job=job_ids)
     def CancelReturned(self, job: str) -> None:
         if job in self.charts:
-            self._apply(CancelReturned(self._eid(), job))
+            self._apply(jobs.CancelReturned(self._eid(), job))
 
-    @rule(job=jobs)
+    @rule(job=job_ids)
     def OutputRead(self, job: str) -> None:
         if job in self.charts:
-            self._apply(OutputRead(self._eid(), job))
+            self._apply(jobs.OutputRead(self._eid(), job))
 
     @rule(owner=st.sampled_from(OWNERS), raises=st.booleans())
-    def OwnerDisposed(self, owner: Owner, raises: bool) -> None:
+    def OwnerDisposed(self, owner: jobs.Owner, raises: bool) -> None:
         self.disposed.add(owner.key)
-        self._cancels(self._apply(OwnerDisposed(self._eid(), owner.key)), raises)
+        self._cancels(self._apply(jobs.OwnerDisposed(self._eid(), owner.key)), raises)
 
     @rule(owner=st.sampled_from(OWNERS))
-    def OwnerReleased(self, owner: Owner) -> None:
+    def OwnerReleased(self, owner: jobs.Owner) -> None:
         if [j for j in self.state.jobs.values() if j.owner.key == owner.key]:
-            self._apply(OwnerReleased(self._eid(), owner.key))
+            self._apply(jobs.OwnerReleased(self._eid(), owner.key))
 
     @rule(owner=st.sampled_from(OWNERS))
-    def UserMessageClaimed(self, owner: Owner) -> None:
-        self._apply(UserMessageClaimed(self._eid(), owner.key))
+    def UserMessageClaimed(self, owner: jobs.Owner) -> None:
+        self._apply(jobs.UserMessageClaimed(self._eid(), owner.key))
 
     # ------------------------------------------------------------------ invariants
 
     @invariant()
     def bg_30_owners_stay_within_the_limit(self) -> None:
         for owner in OWNERS:
-            assert live_count(self.state, owner.key) <= self.state.config.max_per_owner
+            assert jobs.live_count(self.state, owner.key) <= self.state.config.max_per_owner
 
     @invariant()
     def bg_37_wake_budgets_stay_in_range(self) -> None:
@@ -216,12 +189,12 @@ class JobsMachine(RuleBasedStateMachine):
     @invariant()
     def bg_31_finished_iff_terminal(self) -> None:
         for job in self.state.jobs.values():
-            assert (job.finished_at is None) == (job.status in LIVE), job
+            assert (job.finished_at is None) == (job.status in jobs.LIVE), job
 
     @invariant()
     def bg_31_first_settlement_wins(self) -> None:
         for job in self.state.jobs.values():
-            if job.status in TERMINAL:
+            if job.status in jobs.TERMINAL:
                 record = (job.status, job.output, job.detail, job.finished_at)
                 assert self.settled.setdefault(job.id, record) == record, job
 
