@@ -34,6 +34,7 @@ from dsh_subagent.spec.charts import Edge
 
 N = TypeVar("N")
 E = TypeVar("E")
+R = TypeVar("R")
 Findings = Mapping[str, list[str]]
 """Problems found by check ID; an ID mapped to an empty list was checked and held."""
 
@@ -74,8 +75,8 @@ class Result:
         return self.chart_edges - self.edges_taken
 
 
-class Model(abc.ABC, Generic[N, E]):
-    """One machine as the search sees it (rule 1)."""
+class Model(abc.ABC, Generic[N, E, R]):
+    """One machine as the search sees it (rule 1): nodes ``N``, events ``E``, step records ``R``."""
 
     name: str
     chart_edges: frozenset[Edge]
@@ -93,7 +94,7 @@ class Model(abc.ABC, Generic[N, E]):
         """Every event of the scope's alphabet worth applying in ``node``."""
 
     @abc.abstractmethod
-    def step(self, node: N, event: E) -> tuple[N, object]:
+    def step(self, node: N, event: E) -> tuple[N, R]:
         """The node after ``event`` and a record of the step for ``check_edge``; may raise."""
 
     @abc.abstractmethod
@@ -101,9 +102,7 @@ class Model(abc.ABC, Generic[N, E]):
         """The node's canonical key: equal keys are one state."""
 
     @abc.abstractmethod
-    def check_edge(
-        self, before: N, event: E, after: N, record: object, taken: set[Edge]
-    ) -> Findings:
+    def check_edge(self, before: N, event: E, after: N, record: R, taken: set[Edge]) -> Findings:
         """Every check of one edge; adds the chart edges it took to ``taken``."""
 
     @abc.abstractmethod
@@ -188,7 +187,7 @@ def freeze(value: object) -> Hashable:
 
 
 def search(
-    model: Model[N, E],
+    model: Model[N, E, R],
     *,
     max_violations: int = 1,
     max_states: int | None = None,

@@ -421,7 +421,7 @@ def check_edge(
 ApplyFn = Callable[[ManagerState, ev.Event], tuple[ManagerState, tuple[Effect, ...]]]
 
 
-class ManagerModel(Model[Node, ev.Event]):
+class ManagerModel(Model[Node, ev.Event, tuple[Effect, ...]]):
     """The continuation manager's ``apply`` as a search model (rules 1-5)."""
 
     name = "manager"
@@ -440,7 +440,7 @@ class ManagerModel(Model[Node, ev.Event]):
     def enabled(self, node: Node) -> Iterable[ev.Event]:
         return enabled(self.scope, node)
 
-    def step(self, node: Node, event: ev.Event) -> tuple[Node, object]:
+    def step(self, node: Node, event: ev.Event) -> tuple[Node, tuple[Effect, ...]]:
         state, effects = self.apply(node[0], event)
         return (state, advance(node[1], effects, event)), effects
 
@@ -448,9 +448,13 @@ class ManagerModel(Model[Node, ev.Event]):
         return canonical_key(self.scope, node, symmetry=self.symmetry)
 
     def check_edge(
-        self, before: Node, event: ev.Event, after: Node, record: object, taken: set[Edge]
+        self,
+        before: Node,
+        event: ev.Event,
+        after: Node,
+        record: tuple[Effect, ...],
+        taken: set[Edge],
     ) -> Findings:
-        assert isinstance(record, tuple)
         return check_edge(before, event, after, record, taken)
 
     def check_node(self, node: Node) -> Findings:
@@ -555,7 +559,7 @@ def replay(events: Iterable[object]) -> list[TraceStep]:
 # --------------------------------------------------------------------------- every machine
 
 
-def models(scope_name: str) -> dict[str, Model[Any, Any]]:
+def models(scope_name: str) -> dict[str, Model[Any, Any, Any]]:
     """Every exhaustively checked machine in the named scope, by its ``--machine`` name."""
     from dsh_subagent.spec import modelcheck_machines as mm
 

@@ -117,6 +117,7 @@ class RunLedger:
 
 
 RunNode: TypeAlias = tuple[OneShotRun, RunLedger]
+RunRecord: TypeAlias = tuple[oneshot.RunEffect, ...]
 _RUN_EDGES: Final = edges(OneShotRunChart)
 _PUBLISHED: Final = frozenset(RunPhase) - {
     RunPhase.STARTING,
@@ -132,7 +133,7 @@ class RunScope:
     release_failure: bool = True
 
 
-class OneShotModel(Model[RunNode, oneshot.RunEvent]):
+class OneShotModel(Model[RunNode, oneshot.RunEvent, RunRecord]):
     """``core.oneshot.apply``: publication, rollback, one result, one dispose completion."""
 
     name = "one-shot"
@@ -160,7 +161,7 @@ class OneShotModel(Model[RunNode, oneshot.RunEvent]):
     def enabled(self, node: RunNode) -> Iterable[oneshot.RunEvent]:
         return self.alphabet
 
-    def step(self, node: RunNode, event: oneshot.RunEvent) -> tuple[RunNode, object]:
+    def step(self, node: RunNode, event: oneshot.RunEvent) -> tuple[RunNode, RunRecord]:
         state, effects = oneshot.apply(node[0], event)
         ledger = node[1]
         for effect in effects:
@@ -192,11 +193,10 @@ class OneShotModel(Model[RunNode, oneshot.RunEvent]):
         before: RunNode,
         event: oneshot.RunEvent,
         after: RunNode,
-        record: object,
+        record: RunRecord,
         taken: set[Edge],
     ) -> Findings:
         (s0, _), (s1, ledger) = before, after
-        assert isinstance(record, tuple)
         edge, chart = _move(self.chart_edges, "run", s0.phase, type(event).__name__, s1.phase)
         taken.update([edge] if edge else [])
         kinds = [type(e) for e in record]
@@ -215,8 +215,9 @@ class OneShotModel(Model[RunNode, oneshot.RunEvent]):
                 or effect.release_failure != ledger.release_failure
             ):
                 one9.append(f"CompleteDispose({effect.release_failure!r}) into {s1.phase.value}")
-            rejected = isinstance(effect, oneshot.RejectStart)
-            if rejected and (s0.phase in _PUBLISHED or effect.cancelled is not s0.abort_observed):
+            if isinstance(effect, oneshot.RejectStart) and (
+                s0.phase in _PUBLISHED or effect.cancelled is not s0.abort_observed
+            ):
                 one7.append(f"RejectStart(cancelled={effect.cancelled}) in {s0.phase.value}")
         return {"CHART": chart, "INV-ONE-7": one7, "INV-ONE-8": one8, "INV-ONE-9": one9}
 
@@ -255,6 +256,7 @@ class ObsLedger:
 
 
 ObsNode: TypeAlias = tuple[Observation, ObsLedger]
+ObsRecord: TypeAlias = tuple[oneshot_observer.ObserverEffect, ...]
 _OBS_EDGES: Final = edges(RunObservationChart)
 _PROVIDER: Final = "p"
 
@@ -275,7 +277,7 @@ def _info(run: RunId, provider: str = _PROVIDER) -> RunStartInfo:
     return RunStartInfo(run, provider, "c", False, SessionId("parent"))
 
 
-class ObserverModel(Model[ObsNode, oneshot_observer.ObserverEvent]):
+class ObserverModel(Model[ObsNode, oneshot_observer.ObserverEvent, ObsRecord]):
     """``core.oneshot_observer.apply``: fresh run ids, one end per start, the registry."""
 
     name = "observer"
@@ -313,7 +315,9 @@ class ObserverModel(Model[ObsNode, oneshot_observer.ObserverEvent]):
                 if self.scope.malformed:
                     yield ob.RunEnded(_EID, RunEndInfo(_info(run, "q"), KnownStop.COMPLETED))
 
-    def step(self, node: ObsNode, event: oneshot_observer.ObserverEvent) -> tuple[ObsNode, object]:
+    def step(
+        self, node: ObsNode, event: oneshot_observer.ObserverEvent
+    ) -> tuple[ObsNode, ObsRecord]:
         state, effects = oneshot_observer.apply(node[0], event)
         ledger = node[1]
         for effect in effects:
@@ -369,11 +373,10 @@ class ObserverModel(Model[ObsNode, oneshot_observer.ObserverEvent]):
         before: ObsNode,
         event: oneshot_observer.ObserverEvent,
         after: ObsNode,
-        record: object,
+        record: ObsRecord,
         taken: set[Edge],
     ) -> Findings:
         (s0, l0), (s1, _l1) = before, after
-        assert isinstance(record, tuple)
         chart: list[str] = []
         subject = self._run(event)
         for run in {*self.runs, *([subject] if subject else [])}:
@@ -460,6 +463,7 @@ class JobsLedger:
 
 JobsNode: TypeAlias = tuple[JobsState, JobsLedger]
 JobsStep: TypeAlias = jobs.JobEvent | HarnessAnswer
+JobsRecord: TypeAlias = tuple[jobs.JobEffect, ...]
 _JOB_EDGES: Final = edges(JobChart)
 
 
@@ -478,7 +482,7 @@ def _phase(state: JobsState, job_id: str) -> jobs.JobPhase:
     return jobs.ABSENT if job is None else job.status
 
 
-class JobsModel(Model[JobsNode, JobsStep]):
+class JobsModel(Model[JobsNode, JobsStep, JobsRecord]):
     """``core.jobs.apply``: admission, first settlement wins, one notice, owner teardown."""
 
     name = "jobs"
@@ -530,7 +534,7 @@ class JobsModel(Model[JobsNode, JobsStep]):
             yield HarnessAnswer("teardown cancel returned", job)
             yield jobs.CancelRaised(_EID, job, "boom", 3.0)
 
-    def step(self, node: JobsNode, event: JobsStep) -> tuple[JobsNode, object]:
+    def step(self, node: JobsNode, event: JobsStep) -> tuple[JobsNode, JobsRecord]:
         state, ledger = node
         if isinstance(event, HarnessAnswer):
             subject = event.subject
@@ -616,10 +620,14 @@ class JobsModel(Model[JobsNode, JobsStep]):
         return found
 
     def check_edge(
-        self, before: JobsNode, event: JobsStep, after: JobsNode, record: object, taken: set[Edge]
+        self,
+        before: JobsNode,
+        event: JobsStep,
+        after: JobsNode,
+        record: JobsRecord,
+        taken: set[Edge],
     ) -> Findings:
         (s0, l0), (s1, _l1) = before, after
-        assert isinstance(record, tuple)
         name = type(event).__name__
         subjects = self._subjects(s0, event)
         subjects += [e.job_id for e in record if isinstance(e, jobs.WatchProducer)]
@@ -743,7 +751,10 @@ class _Micro:
     effects: tuple[activity.ActivityEffect, ...]
 
 
-class ActivityModel(Model[ActNode, ActStep]):
+ActRecord: TypeAlias = tuple[_Micro, ...]
+
+
+class ActivityModel(Model[ActNode, ActStep, ActRecord]):
     """``core.activity.apply`` with a performer: redirects, first cause, latched wakes."""
 
     name = "activity"
@@ -775,7 +786,7 @@ class ActivityModel(Model[ActNode, ActStep]):
         yield activity.MaintenanceFinished()
         yield activity.DriverFinished()
 
-    def step(self, node: ActNode, event: ActStep) -> tuple[ActNode, object]:
+    def step(self, node: ActNode, event: ActStep) -> tuple[ActNode, ActRecord]:
         state, perf = node
         if isinstance(event, Stimulus):
             pending = list(perf.pending)
@@ -796,13 +807,11 @@ class ActivityModel(Model[ActNode, ActStep]):
         return _refusal(self.chart_edges, [node[0].phase], event, error)
 
     def check_edge(
-        self, before: ActNode, event: ActStep, after: ActNode, record: object, taken: set[Edge]
+        self, before: ActNode, event: ActStep, after: ActNode, record: ActRecord, taken: set[Edge]
     ) -> Findings:
         (s0, p0), (_s1, p1) = before, after
-        assert isinstance(record, tuple)
         chart: list[str] = []
         for micro in record:
-            assert isinstance(micro, _Micro)
             name = type(micro.event).__name__
             edge, problems = _move(
                 self.chart_edges, "agent", micro.before.phase, name, micro.after.phase
@@ -855,10 +864,9 @@ class ActivityModel(Model[ActNode, ActStep]):
         return isinstance(event, ends) or (isinstance(event, Stimulus) and event.what == "claim")
 
 
-def _statuses(record: tuple[object, ...], status: AgentStatus) -> Iterator[str]:
+def _statuses(record: ActRecord, status: AgentStatus) -> Iterator[str]:
     """HARNESS-2: a status is emitted only when it changes."""
     for micro in record:
-        assert isinstance(micro, _Micro)
         for effect in micro.effects:
             if isinstance(effect, activity.EmitStatus):
                 if effect.status is status:
