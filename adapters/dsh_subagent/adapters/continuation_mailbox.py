@@ -189,7 +189,10 @@ class Mailbox:
         """Hand every message not yet in the child's log to the core, in order; no await.
 
         Returns ``Routed.RESUME`` when the core asks for the child to be resumed first.
+        No message (a cold resume whose grant saw no row): the log is not read.
         """
+        if not messages:
+            return None
         logged = self._spliced(child_id)
         for message in messages:
             if message.id in logged:
