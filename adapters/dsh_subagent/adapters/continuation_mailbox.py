@@ -50,6 +50,7 @@ Theory of operation
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -79,7 +80,18 @@ _log = logging.getLogger("dsh_subagent.adapters.continuation")
 
 def mailbox_of(persistence: SessionPersistence | None) -> SessionMailbox | None:
     """The persistence's durable mailbox, if it has one (rule 5)."""
-    return persistence if isinstance(persistence, SessionMailbox) else None
+    if persistence is None:
+        return None
+    if _mailbox_class(type(persistence)) or isinstance(persistence, SessionMailbox):
+        return persistence  # type: ignore[return-value]  # the class implements it
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _mailbox_class(cls: type) -> bool:
+    """Whether the class implements ``SessionMailbox``: a runtime protocol's ``isinstance``
+    walks the protocol's members on every call (a cold resume asks twice)."""
+    return issubclass(cls, SessionMailbox)
 
 
 class Mailbox:
@@ -189,7 +201,10 @@ class Mailbox:
         """Hand every message not yet in the child's log to the core, in order; no await.
 
         Returns ``Routed.RESUME`` when the core asks for the child to be resumed first.
+        No message (a cold resume whose grant saw no row): the log is not read.
         """
+        if not messages:
+            return None
         logged = self._spliced(child_id)
         for message in messages:
             if message.id in logged:

@@ -4,9 +4,12 @@ Theory of operation
 -------------------
 1. One module-level flag, ``AVAILABLE``, is decided at import: without ``opentelemetry-api``
    (the ``otel`` extra) ``attach`` hands out ``Lifecycle``, which only logs, and no tracing
-   code runs again. With the API but no SDK every span is the API's no-op: each hook starts a
-   non-recording span, sees ``is_recording()`` false and stops there (no attributes, no maps,
-   nothing written to a session).
+   code runs again. With the API but no tracer provider (none set globally, none given to the
+   service with ``use_tracer_provider``) no span can record: each hook that would start a
+   span sees that first (``Tracing._off``) and does nothing more (no span, no link looked up
+   in the child's log, nothing written to a session). With a provider whose spans do not
+   record (sampled out, the API's no-op provider) each hook starts a non-recording span,
+   sees ``is_recording()`` false and stops there.
 2. The adapter decides nothing about the lifecycle. Its inputs are the seam's own events:
    ``subagent/start`` and ``subagent/end`` (a one-shot run, or one continuable Activation
    epoch) open and close ``invoke_agent {name}``; the continuation engine reports the epoch
@@ -219,6 +222,7 @@ if AVAILABLE:
         def __init__(self, agents: AgentRegistry | None) -> None:
             self._agents = agents
             self._tracer = trace.get_tracer("dsh_subagent", schema_url=_SCHEMA_URL)
+            self._global = True  # the tracer is the global provider's (rule 1)
             self._runs: dict[str, trace.Span] = {}
             self._live: dict[str, trace.Span] = {}
             self._teardowns: dict[str, trace.Span] = {}
@@ -227,11 +231,23 @@ if AVAILABLE:
         def use(self, tracer_provider: object) -> None:
             assert isinstance(tracer_provider, trace.TracerProvider)
             self._tracer = tracer_provider.get_tracer("dsh_subagent", schema_url=_SCHEMA_URL)
+            self._global = False
+
+        def _off(self) -> bool:
+            """No span of ours can record: the tracer is the global provider's and none is set
+            (the API's proxy stands in; ``get_tracer_provider`` also loads one an environment
+            variable names), so a hook need not start one (rule 1)."""
+            return self._global and isinstance(
+                trace.get_tracer_provider(), trace.ProxyTracerProvider
+            )
 
         # -------------------------------------------------------------- invoke_agent
 
         def on_start(self, info: RunStartInfo) -> None:
             super().on_start(info)
+            epoch = self._epochs.pop(info.child_id, None)
+            if self._off():
+                return
             name = info.label or info.provider
             current = trace.get_current_span()
             linked = info.mode is Mode.CONTINUABLE or _BACKGROUND.get()
@@ -241,7 +257,6 @@ if AVAILABLE:
                     trace.Link(current.get_span_context(), {"dsh.subagent.link": "started-by"})
                 )
             agent = None if self._agents is None else self._agents.get(SessionId(info.child_id))
-            epoch = self._epochs.pop(info.child_id, None)
             previous = None
             if info.mode is Mode.CONTINUABLE and agent is not None:
                 previous = _linked_to(trace_record(agent.session.events))
@@ -299,6 +314,9 @@ if AVAILABLE:
 
         @contextlib.contextmanager
         def tool_call(self, tool_name: str, caller_id: SessionId) -> Iterator[None]:
+            if self._off():
+                yield
+                return
             hosted = _HOST.get() is not None and _HOST.get() is trace.get_current_span()
             caller = None if hosted else self._live.get(caller_id)
             parent = None if caller is None else trace.set_span_in_context(caller)
@@ -325,6 +343,9 @@ if AVAILABLE:
 
         @contextlib.contextmanager
         def followup(self, child_id: SessionId) -> Iterator[None]:
+            if self._off():
+                yield
+                return
             with self._tracer.start_as_current_span(
                 "dsh.subagent.followup",
                 kind=_INTERNAL,
@@ -341,6 +362,9 @@ if AVAILABLE:
         def drain(self, scope: str) -> Iterator[None]:
             token = _DRAINING.set(True)
             try:
+                if self._off():
+                    yield
+                    return
                 with self._tracer.start_as_current_span(
                     "dsh.subagent.drain",
                     kind=_INTERNAL,
@@ -353,6 +377,8 @@ if AVAILABLE:
         # -------------------------------------------------------------- teardown
 
         def teardown_begin(self, child_id: SessionId, owner: SessionId | None) -> None:
+            if self._off():
+                return
             parent = None if _DRAINING.get() else self._live.get(child_id)
             span = self._tracer.start_span(
                 "dsh.subagent.teardown",
@@ -373,6 +399,9 @@ if AVAILABLE:
         def notice(
             self, child_id: SessionId, parent_id: SessionId, route: NoticeRoute, *, dropped: bool
         ) -> Iterator[None]:
+            if self._off():
+                yield
+                return
             owner = self._teardowns.get(child_id) or self._live.get(child_id)
             with self._tracer.start_as_current_span(
                 "dsh.subagent.notice",

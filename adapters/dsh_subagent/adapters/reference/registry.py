@@ -67,18 +67,28 @@ class SessionStart:
 DISPOSED: CancelCause = CancelCause(CancelKind.DISPOSED)
 
 
-async def _load(
-    persistence: SessionPersistence, session_id: SessionId, options: ResumeOptions
-) -> SessionRecord:
-    """The repairing load, skipped when ``inspected`` is whole and still current (its
-    length is the stored one: read now, or given as ``stored_revision`` under the lease)."""
+def _whole(session_id: SessionId, options: ResumeOptions) -> SessionRecord | None:
+    """The caller's ``inspected`` record of this session, if it has no open turn (a load
+    would repair nothing in it)."""
     inspected = options.inspected
     if (
         inspected is not None
         and inspected.header.id == session_id
         and open_turn(session_id, inspected.events) is None
     ):
-        revision = options.stored_revision
+        return inspected
+    return None
+
+
+async def _load(
+    persistence: SessionPersistence,
+    session_id: SessionId,
+    inspected: SessionRecord | None,
+    revision: int | None,
+) -> SessionRecord:
+    """The repairing load, skipped when ``inspected`` (whole) is still current: its length
+    is the stored one (``revision``, read now when None)."""
+    if inspected is not None:
         if revision is None:
             revision = await persistence.revision(session_id)
         if revision == len(inspected.events):
@@ -178,13 +188,19 @@ class AgentRegistry:
             raise SubagentError(
                 ErrorCode.PERSISTENCE_UNAVAILABLE, "cannot resume: no session persistence"
             )
-        signal, detach = any_signal(options.signal, self._teardown.signal)
-        try:
-            record = await race_abort(
-                _load(self.persistence, SessionId(session_id), options), signal
-            )
-        finally:
-            detach()
+        sid, revision = SessionId(session_id), options.stored_revision
+        record = _whole(sid, options)
+        if record is not None and revision == len(record.events):
+            # Current under the lease's grant: nothing to read, so nothing to race.
+            for signal in (options.signal, self._teardown.signal):
+                if signal is not None:
+                    signal.throw_if_aborted()
+        else:
+            signal, detach = any_signal(options.signal, self._teardown.signal)
+            try:
+                record = await race_abort(_load(self.persistence, sid, record, revision), signal)
+            finally:
+                detach()
         session = self.store.restore(record.header, record.events, source=self.persistence)
         return await self._setup_and_publish(
             session, options.agent_options, options.setup, options.signal, SessionStartSource.RESUME

@@ -128,6 +128,7 @@ from dsh_subagent.adapters.reference.persistence import (
     unknown_session,
 )
 from dsh_subagent.adapters.reference.sql_leases import (
+    LEASE_COLUMNS,
     LeaseHolder,
     LeaseSql,
     Renewal,
@@ -200,6 +201,16 @@ undecodable text is found, rule 7), its revision and its lease row (``host`` is 
 in a stored lease), so a job costs one read (rule 11)."""
 _LEASE_SQL: Final = LeaseSql.written("?")
 _HAS_MAIL: Final = "SELECT EXISTS (SELECT 1 FROM mailbox WHERE session_id = ?)"
+_GRANT_STATE: Final = f"""SELECT
+    EXISTS (SELECT 1 FROM sessions WHERE id = k.id),
+    (SELECT COALESCE(MAX(seq), -1) + 1 FROM events WHERE session_id = k.id),
+    EXISTS (SELECT 1 FROM mailbox WHERE session_id = k.id),
+    {", ".join(f"l.{column}" for column in LEASE_COLUMNS.split(", "))}
+    FROM (SELECT ? AS id) AS k LEFT JOIN leases AS l ON l.session_id = k.id"""
+"""What a grant reads, in one statement (rule 9): whether the session is stored and its
+revision, whether it has mailbox rows (nobody else writes inside the ``BEGIN IMMEDIATE``,
+so before or after the grant's own write is the same), and its lease row (``host`` is
+never NULL in a stored lease)."""
 _REVISION: Final = """SELECT (SELECT COALESCE(MAX(seq), -1) + 1 FROM events WHERE session_id = ?)
     FROM sessions WHERE id = ?"""
 """A session's revision, and whether it exists (no row: none stored)."""
@@ -800,9 +811,9 @@ class SqlitePersistence(LeaseHolder):
         def job(conn: sqlite3.Connection) -> Lease:
             # A reservation keeps the store's level: it is durable at once (LEASE-4).
             with _lease_transaction(conn, self._level, lowered=not reserve):
-                row = _lease_row(conn, sid)
                 # The revision too: a resume needs no read of its own to trust its inspect.
-                stored = conn.execute(_REVISION, (sid, sid)).fetchone()
+                stored, revision, pending, *lease = conn.execute(_GRANT_STATE, (sid,)).fetchone()
+                row = None if lease[1] is None else LeaseRow(*lease)
                 new = grant(
                     sid,
                     row,
@@ -810,13 +821,13 @@ class SqlitePersistence(LeaseHolder):
                     self._clock(),
                     self._ttl,
                     reserve=reserve,
-                    stored=stored is not None,
+                    stored=bool(stored),
                 )
-                conn.execute(_LEASE_SQL.grant, grant_values(sid, new))
-                assert conn.execute("SELECT changes()").fetchone()[0] == 1
-                (pending,) = conn.execute(_HAS_MAIL, (sid,)).fetchone()
-            revision = None if stored is None else stored[0]
-            return attrs.evolve(lease_of(sid, new), mail=bool(pending), revision=revision)
+                written = conn.execute(_LEASE_SQL.grant, grant_values(sid, new)).rowcount
+                assert written == 1, "the compare-and-set is decided under the write lock"
+            return attrs.evolve(
+                lease_of(sid, new), mail=bool(pending), revision=revision if stored else None
+            )
 
         return self._hold(await self._run(job, sid))
 
