@@ -34,6 +34,7 @@ from dsh_subagent.core.manager.events import (
     DescriptorSnapshotted,
     DisposalFinished,
     DrainRequested,
+    Event,
     FlushReported,
     FollowupRequested,
     MailboxArrived,
@@ -224,7 +225,7 @@ def test_illegal_transition_names_the_event_and_the_phase() -> None:
     )
 
 
-def test_tear_2_a_disposing_parents_own_facts_leave_it_disposing_until_its_child_is_released() -> None:
+def test_tear_2_a_disposing_parents_own_facts_keep_it_disposing_until_its_child_releases() -> None:
     """A parent whose disposal waits on a child takes status and message facts in DISPOSING
     (they change no phase), and flushes once that child's disposal finishes."""
     d = Driver()
@@ -232,7 +233,7 @@ def test_tear_2_a_disposing_parents_own_facts_leave_it_disposing_until_its_child
     d.start("k", parent, lineage=[ROOT])  # owned by p: keeps p's disposal open
     d(FollowupRequested(eid(), sid("p"), MessageId("late"), as_parent(ROOT)))
     d(DrainRequested(eid(), SelectedChildren(live(ROOT), (sid("p"),))))
-    facts = [
+    facts: list[Event] = [
         AgentBecameBusy(eid(), sid("p")),
         AgentBecameIdle(eid(), sid("p")),
         MessageClaimed(eid(), sid("p"), MessageId("m-p")),
@@ -256,7 +257,8 @@ def test_tear_10_a_whole_drain_closes_admission_beside_a_scoped_drain() -> None:
     _reserved(d, "c")
     d(DrainRequested(eid(), DescendantsOf((live(agent("elsewhere")),))))
     d(DrainRequested(eid(), WholeManager()))
-    assert d.state.closing_roots and d.state.draining
+    assert d.state.closing_roots
+    assert d.state.draining
     child = agent("c")
     event = ChildMaterialized(eid(), sid("c"), RunId("r"), child, frozenset({child, ROOT}))
     assert d(event) == (
