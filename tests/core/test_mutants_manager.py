@@ -18,29 +18,38 @@ from dsh_subagent.core.errors import ErrorCode, SubagentError
 from dsh_subagent.core.manager import apply
 from dsh_subagent.core.manager.effects import (
     DisposeHandle,
+    FlushSession,
     Reject,
     ReportDurabilityFailed,
     ResumeAgent,
 )
 from dsh_subagent.core.manager.events import (
+    AgentBecameBusy,
+    AgentBecameIdle,
     ChildIdReserved,
     ChildMaterialized,
     ChildPrepared,
     ColdResumeStarted,
     DescendantsOf,
     DescriptorSnapshotted,
+    DisposalFinished,
     DrainRequested,
+    Event,
     FlushReported,
     FollowupRequested,
     MailboxArrived,
+    MessageClaimed,
+    MessageDiscarded,
+    Phase,
     SelectedChildren,
     StartRolledBack,
     WholeManager,
 )
 from dsh_subagent.core.manager.state import ManagerState
+from dsh_subagent.core.notices import EpochOutcome
 from dsh_subagent.core.residency import AgentStatus
 from dsh_subagent.core.teardown import FlushOutcome, durability_report
-from dsh_subagent.core.values import MessageId, RunId
+from dsh_subagent.core.values import KnownStop, MessageId, RunId
 from tests.core.test_manager import ROOT, Driver, agent, as_parent, eid, live, settle, sid
 
 
@@ -213,4 +222,46 @@ def test_illegal_transition_names_the_event_and_the_phase() -> None:
         ErrorCode.INVALID_ARGUMENT,
         "event",
         "event: not a manager event: object",
+    )
+
+
+def test_tear_2_a_disposing_parents_own_facts_keep_it_disposing_until_its_child_releases() -> None:
+    """A parent whose disposal waits on a child takes status and message facts in DISPOSING
+    (they change no phase), and flushes once that child's disposal finishes."""
+    d = Driver()
+    parent = d.start("p", ROOT)
+    d.start("k", parent, lineage=[ROOT])  # owned by p: keeps p's disposal open
+    d(FollowupRequested(eid(), sid("p"), MessageId("late"), as_parent(ROOT)))
+    d(DrainRequested(eid(), SelectedChildren(live(ROOT), (sid("p"),))))
+    facts: list[Event] = [
+        AgentBecameBusy(eid(), sid("p")),
+        AgentBecameIdle(eid(), sid("p")),
+        MessageClaimed(eid(), sid("p"), MessageId("m-p")),
+        MessageDiscarded(eid(), sid("p"), MessageId("late")),
+    ]
+    for fact in facts:
+        assert d(fact) == ()
+        assert d.state.activations[sid("p")].phase is Phase.DISPOSING
+    assert not d.state.activations[sid("p")].accepted
+    d(FlushReported(eid(), sid("k"), FlushOutcome.OK))
+    outcome = EpochOutcome(KnownStop.COMPLETED)
+    finished = DisposalFinished(eid(), sid("k"), outcome, MessageId("n-k"))
+    assert FlushSession(finished.event_id, sid("p")) in d(finished)
+    assert d.state.activations[sid("p")].phase is Phase.FLUSHING
+
+
+def test_tear_10_a_whole_drain_closes_admission_beside_a_scoped_drain() -> None:
+    """Draining closes every lineage, also while a scoped drain names closing roots that the
+    lineage does not reach."""
+    d = Driver()
+    _reserved(d, "c")
+    d(DrainRequested(eid(), DescendantsOf((live(agent("elsewhere")),))))
+    d(DrainRequested(eid(), WholeManager()))
+    assert d.state.closing_roots
+    assert d.state.draining
+    child = agent("c")
+    event = ChildMaterialized(eid(), sid("c"), RunId("r"), child, frozenset({child, ROOT}))
+    assert d(event) == (
+        Reject(event.event_id, ErrorCode.DRAINING, "admission closed during materialization"),
+        DisposeHandle(event.event_id, sid("c")),
     )
