@@ -7,7 +7,8 @@ Theory of operation
    and runs ``bench/instructions_child.py`` there, under ``valgrind --tool=callgrind`` with
    ``PYTHONHASHSEED=0``, with this interpreter started with ``-S``: only the snapshot and
    this virtualenv's installed libraries are on the path, never the editable install of the
-   working tree (checked by importing the service before measuring).
+   working tree (checked by importing the service before measuring). The snapshot's
+   bytecode is compiled first, so no measured run pays for compiling it.
 2. A figure is the difference of two runs divided by the units between them, so imports,
    the world's setup and the warm-up cancel: W1 = (200 delegations - 0) / 200; W2 = (a fan-out
    of 400 held children - none) / 400; W4 = (a 1,000-node tree built and drained - built
@@ -67,8 +68,15 @@ def _env(tree: Path) -> dict[str, str]:
     return {"PYTHONPATH": ":".join(path), "PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
 
 
-def check_imports(tree: Path) -> None:
-    """Refuse to measure unless the snapshot's own service module is the one imported."""
+def prepare(tree: Path) -> None:
+    """Compile the snapshot's bytecode (else the first measured run pays for it), and refuse
+    to measure unless the snapshot's own service module is the one imported."""
+    subprocess.run(
+        [sys.executable, "-S", "-m", "compileall", "-q", "core", "adapters", "bench"],
+        cwd=tree,
+        env=_env(tree),
+        check=True,
+    )
     probe = "import dsh_subagent.adapters.service as s; print(s.__file__)"
     found = subprocess.run(
         [sys.executable, "-S", "-c", probe],
@@ -121,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dsh-instructions-") as scratch:
         for rev in args.rev:
             tree = snapshot(rev, Path(scratch))
-            check_imports(tree)
+            prepare(tree)
             for name in names:
                 print(f"{rev} {name} ...", file=sys.stderr, flush=True)
                 results.setdefault(name, {})[rev] = measure(tree, FIGURES[name])
