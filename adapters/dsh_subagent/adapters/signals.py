@@ -23,10 +23,11 @@ Theory of operation
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Protocol, TypeAlias, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeAlias, TypeVar
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -73,44 +74,45 @@ class Subscribable(Protocol[P_co]):
     def subscribe(self, listener: Callable[[P_co], object], /) -> Unsubscribe: ...
 
 
-#: A listener table by subscription token, and the one-listener form of it.
+#: A listener table by subscription token.
 _Table: TypeAlias = dict[int, Callable[[P], object]]
-_Pair: TypeAlias = tuple[int, Callable[[P], object]]
 
 
 class Emitter(Generic[P]):
     """A synchronous listener list whose callbacks can be enumerated (HARNESS-29).
 
     The listener table is created on the second subscription: most emitters of a
-    short-lived child are never listened to, or by one listener, which is held as a
-    ``(token, listener)`` pair (a third of a table's memory).
+    short-lived child are never listened to, or by one listener, which is held with its
+    token in two slots (no table and no pair tuple for the cyclic GC to track).
     """
 
-    __slots__ = ("_listeners", "name")
+    __slots__ = ("_listeners", "_token", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._listeners: _Table[P] | _Pair[P] | None = None
+        # None, the one listener (its token in ``_token``), or the table (a listener is a
+        # callable, never a dict).
+        self._listeners: _Table[P] | Callable[[P], object] | None = None
+        self._token = -1
 
     def subscribe(self, listener: Callable[[P], object]) -> Unsubscribe:
         """Add ``listener``; the returned disposer removes it once (single-shot)."""
         token = next(_tokens)
         held = self._listeners
         if held is None:
-            self._listeners = (token, listener)
-        elif isinstance(held, tuple):
-            self._listeners = {held[0]: held[1], token: listener}
-        else:
+            self._listeners, self._token = listener, token
+        elif isinstance(held, dict):
             held[token] = listener
+        else:
+            self._listeners = {self._token: held, token: listener}
         return _Subscription(self, token)
 
     def _remove(self, token: int) -> None:
         held = self._listeners
-        if isinstance(held, tuple):
-            if held[0] == token:
-                self._listeners = None
-        elif held is not None:
+        if isinstance(held, dict):
             held.pop(token, None)
+        elif held is not None and self._token == token:
+            self._listeners = None
 
     @property
     def listeners(self) -> tuple[Callable[[P], object], ...]:
@@ -118,9 +120,9 @@ class Emitter(Generic[P]):
         held = self._listeners
         if held is None:
             return ()
-        if isinstance(held, tuple):
-            return (held[1],)
-        return tuple(held.values())
+        if isinstance(held, dict):
+            return tuple(held.values())
+        return (held,)
 
     def emit(self, payload: P) -> None:
         """Call every listener; each failure is logged and contained."""
@@ -222,7 +224,7 @@ async def race_abort(operation: Awaitable[T], signal: AbortSignal | None) -> T:
         signal.throw_if_aborted()
     # One waiter, woken by whichever comes first: the operation finishing or the abort.
     wake = _Wake(asyncio.get_running_loop().create_future())
-    task.add_done_callback(wake)
+    task.add_done_callback(wake, context=_BARE)
     remove = signal.add_listener(wake)
     try:
         await wake.waiter
@@ -265,6 +267,11 @@ async def abortable(operation: Awaitable[T], signal: AbortSignal) -> T:
         remove()
 
 
+_BARE: Final = contextvars.Context()
+"""The context ``_Wake`` runs in: it reads no context variable, so it needs no copy of the
+caller's per call (the waiter's own callbacks keep theirs)."""
+
+
 class _Wake:
     """``race_abort``'s one waiter and its wake-up, as one slotted callable (no closure)."""
 
@@ -303,7 +310,7 @@ class Scope:
 
     def __init__(self) -> None:
         self._cleanups: list[Callable[[], Awaitable[None] | None]] = []
-        self._early: list[Awaitable[None]] = []
+        self._early: list[Awaitable[None]] | None = None  # made by the first early async one
         self._disposed = False
 
     @property
@@ -321,6 +328,8 @@ class Scope:
                 self._cleanups.remove(cleanup)
                 result = cleanup()
                 if isinstance(result, Awaitable):
+                    if self._early is None:
+                        self._early = []
                     self._early.append(result)  # awaited by dispose
 
         return run_now
