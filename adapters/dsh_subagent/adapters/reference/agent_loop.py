@@ -199,8 +199,9 @@ class _Inbox:
         self._inserted: Emitter[InboxNotification] | None = None
         self._claimed: Emitter[InboxNotification] | None = None
         self._discarded: Emitter[InboxNotification] | None = None
-        self._next_turn: list[UserMessage] = []
-        self._next_step: list[UserMessage] = []
+        # Each list exists only while it holds a message: a held child keeps no empty one.
+        self._next_turn: list[UserMessage] | None = None
+        self._next_step: list[UserMessage] | None = None
         # Every pending id, for O(1) checks: its list and its logged form (None: encode anew).
         self._where: dict[MessageId, tuple[InboxTarget, JsonValue]] = {}
         for event in session.events[session.header.seed_length or 0 :]:
@@ -223,8 +224,18 @@ class _Inbox:
             raise _corrupt(seq, f"invalid inbox splice: {exc}") from exc
         self._apply(target, start, removed, inserted, ())  # a stored form may carry extras
 
-    def _list(self, target: InboxTarget) -> list[UserMessage]:
+    def _held(self, target: InboxTarget) -> list[UserMessage] | None:
         return self._next_step if target is InboxTarget.NEXT_STEP else self._next_turn
+
+    def _list(self, target: InboxTarget) -> Sequence[UserMessage]:
+        """The pending list of ``target``, to read (an empty tuple while it has none)."""
+        return self._held(target) or ()
+
+    def _keep(self, target: InboxTarget, held: list[UserMessage] | None) -> None:
+        if target is InboxTarget.NEXT_STEP:
+            self._next_step = held
+        else:
+            self._next_turn = held
 
     def pending(self, target: InboxTarget) -> tuple[UserMessage, ...]:
         return tuple(self._list(target))
@@ -266,9 +277,10 @@ class _Inbox:
     ) -> list[UserMessage]:
         """Apply a checked splice to the list and to the id index; returns the removed.
         ``logged`` is the splice's frozen ``inserted`` list, or empty (encode anew)."""
-        current = self._list(target)
+        current = self._held(target) or []
         removed = current[start : start + count]
         current[start : start + count] = inserted
+        self._keep(target, current or None)
         for message in removed:
             del self._where[message.id]
         for index, message in enumerate(inserted):
@@ -651,9 +663,8 @@ class ReferenceAgent:
                 self.session.append(STEP_START, {})
                 steps = step
                 try:
-                    for message, encoded in zip(claimed, logged, strict=True):
-                        data = wire.user_message_data(message, encoded)
-                        self.session.append(USER_MESSAGE, data)
+                    self._record_claimed(claimed, logged)
+                    del claimed, logged  # in the log now: not held across the model step
                     step_end = await self._step(turn, step, signal, grant)
                     if ends is not TurnEndReason.MAX_TOKENS:
                         ends = step_end
@@ -679,6 +690,13 @@ class ReferenceAgent:
             self.session.append(TURN_END, end_data)
         effects = self._dispatch(_TURN_ENDED[self._inbox.has_pending])
         return any(isinstance(effect, NextTurn) for effect in effects)
+
+    def _record_claimed(
+        self, claimed: tuple[UserMessage, ...], logged: tuple[JsonValue, ...]
+    ) -> None:
+        """Append the step's ``user/message`` records, sharing each logged form."""
+        for message, encoded in zip(claimed, logged, strict=True):
+            self.session.append(USER_MESSAGE, wire.user_message_data(message, encoded))
 
     def _admit(self) -> StepGrant | str | None:
         """Reserve the step's model request (rule 6): a grant, None without a meter, or the
