@@ -286,8 +286,8 @@ async def abortable(operation: Awaitable[T], signal: AbortSignal) -> T:
 
 
 _BARE: Final = contextvars.Context()
-"""The context ``_Wake`` runs in: it reads no context variable, so it needs no copy of the
-caller's per call (the waiter's own callbacks keep theirs)."""
+"""The context ``_Wake`` and ``_CancelWhileWaiting`` run in: they read no context variable,
+so they need no copy of the caller's per call (a wake-up's own callbacks keep theirs)."""
 
 
 class _Wake:
@@ -315,7 +315,7 @@ class _CancelWhileWaiting:
         self.cancelled = False
 
     def __call__(self, _reason: object) -> None:
-        asyncio.get_running_loop().call_soon(self._cancel)
+        asyncio.get_running_loop().call_soon(self._cancel, context=_BARE)
 
     def _cancel(self) -> None:
         if self.waiting:
