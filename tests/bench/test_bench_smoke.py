@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import compare, workloads
+from bench import compare, tracked_per_child, workloads
 from bench.acceptance import acceptance
 
 
@@ -91,6 +91,23 @@ def test_w6_w7_figures_scale_the_large_size_by_the_small() -> None:
     assert figures["W6_kib_per_child_10k"] == 22.0
     assert figures["W6_kib_10k_over_1k"] == 1.1
     assert "W7_scaling_10k_over_1k" not in figures
+
+
+def test_tracked_objects_per_held_child_are_counted_by_type() -> None:
+    for chain in (False, True):
+        result = asyncio.run(tracked_per_child.per_child(3, 6, 0.5, chain=chain))
+        assert result["shape"] == ("chain" if chain else "wide")
+        by_type = result["by_type"]
+        assert isinstance(by_type, dict)
+        assert by_type.get("ReferenceAgent") == 1.0  # one held agent per child
+
+
+def test_tracked_per_child_runs_one_w7_size_with_its_collections() -> None:
+    result = tracked_per_child.collected("wide", 5)
+    assert result["children"] == 5
+    counts = result["collections"]
+    assert isinstance(counts, list)
+    assert len(counts) == 3
 
 
 def test_w5_counts_events_through_the_core_apply() -> None:

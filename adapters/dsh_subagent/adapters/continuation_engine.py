@@ -55,7 +55,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeAlias, assert_never
+from typing import Any, Final, TypeAlias, assert_never
 
 import attrs
 
@@ -70,7 +70,6 @@ from dsh_subagent.adapters.protocols import (
     SessionStore,
     StatusNotification,
 )
-from dsh_subagent.adapters.signals import Unsubscribe
 from dsh_subagent.adapters.telemetry import Lifecycle, fields
 from dsh_subagent.core import wire
 from dsh_subagent.core.authority import FollowupAuthority
@@ -132,7 +131,9 @@ from dsh_subagent.core.values import (
 )
 
 _log = logging.getLogger("dsh_subagent.adapters.continuation")
-_DISPOSED = CancelCause(CancelKind.DISPOSED)
+_CAUSES = {kind: CancelCause(kind) for kind in CancelKind}
+"""One frozen cause per kind, shared by every child cancelled for it."""
+_DISPOSED = _CAUSES[CancelKind.DISPOSED]
 WRITE_ATTEMPTS = 3
 """How often a teardown write of a child's log (the final flush, the disposal's tail) is
 tried before its failure stands (rule 4, DUR-4)."""
@@ -157,6 +158,9 @@ Handback: TypeAlias = Routed | AwaitBranches | PostToMailbox | None
 post to the durable mailbox."""
 
 
+_NO_OUTCOME: Final = EpochOutcome(KnownStop.ERROR)
+
+
 @attrs.define(eq=False)
 class LiveChild:
     """What the adapter holds for one Activation besides the core record (RES-8)."""
@@ -169,10 +173,12 @@ class LiveChild:
     released: asyncio.Future[SubagentError | None]
     boundary: int = 0
     start_info: RunStartInfo | None = None
-    unsubscribers: list[Unsubscribe] = attrs.field(factory=list)
-    failures: list[SubagentError] = attrs.field(factory=list)
-    child_failures: list[SubagentError] = attrs.field(factory=list)
-    outcome: EpochOutcome = attrs.field(factory=lambda: EpochOutcome(KnownStop.ERROR))
+    watch: _Watch | None = None
+    # Tuples, and one shared initial outcome: a held child keeps no empty list or outcome
+    # of its own for the cyclic GC to track.
+    failures: tuple[SubagentError, ...] = ()
+    child_failures: tuple[SubagentError, ...] = ()
+    outcome: EpochOutcome = _NO_OUTCOME
     rollback: asyncio.Future[None] | None = None
     release_lease: Callable[[], Awaitable[bool | None]] | None = None
     #: False once the lease's release saw no mailbox row: no after-release look (DUR-23).
@@ -254,7 +260,7 @@ class Engine:
                     self.tracing.epoch(child_id, epoch)
                     self._publish(effect)
                 case CancelAgent(child_id=child_id, kind=kind, keep_inbox=keep):
-                    self.children[child_id].handle.agent.cancel(CancelCause(kind), keep_inbox=keep)
+                    self.children[child_id].handle.agent.cancel(_CAUSES[kind], keep_inbox=keep)
                 case FlushSession(child_id=child_id):
                     live = self.children[child_id]
                     self.tracing.teardown_begin(child_id, live.parent_session)
@@ -270,7 +276,7 @@ class Engine:
                 case ReleaseOwnership(child_id=child_id, owner=owner):
                     failure = self.children[child_id].released_failure()
                     if failure is not None and owner is not None and owner in self.children:
-                        self.children[owner].child_failures.append(failure)
+                        self.children[owner].child_failures += (failure,)
                 case EmitEnd():
                     self._finish(effect)
                 case DeliverReport():
@@ -408,12 +414,7 @@ class Engine:
         live = self.children[effect.child_id]
         agent = live.handle.agent
         cid = live.child_id
-        watch = _Watch(self, cid, agent)
-        live.unsubscribers = [
-            agent.claimed.subscribe(watch.claimed),
-            agent.discarded.subscribe(watch.discarded),
-            agent.status_changed.subscribe(watch.status),
-        ]
+        live.watch = _Watch(self, cid, agent)
         live.boundary = agent.session.seq
         assert live.parent_session is not None
         info = RunStartInfo(
@@ -432,8 +433,8 @@ class Engine:
         """The end edge closes the epoch; the release future resolves (TEAR-2 step 14)."""
         self.tracing.teardown_end(effect.child_id)
         live = self.children.pop(effect.child_id)
-        for unsubscribe in live.unsubscribers:
-            unsubscribe()
+        if live.watch is not None:
+            live.watch.close()
         failure = live.released_failure()
         if live.start_info is not None:
             output = wire.encode_content(live.outcome.output) if failure is None else []
@@ -494,7 +495,7 @@ class Engine:
             # The disposal's cancel splice, made now: the final flush carries it (DUR-4).
             agent.cancel(_DISPOSED, keep_inbox=False)
         except Exception as exc:
-            live.failures.append(boundary_failure(Boundary.ACTIVATION, repr(exc)))
+            live.failures += (boundary_failure(Boundary.ACTIVATION, repr(exc)),)
         flushed = agent.session.seq
         outcome = await self._write_log(live, self.sessions.flush)
         # The core answers with ``DisposeHandle``; this task carries the release on, so a
@@ -548,12 +549,12 @@ class Engine:
             )
         except Exception as exc:
             if not boundaries:  # one error for the shared idle/flush/capture guard (TEAR-5)
-                live.failures.append(boundary_failure(Boundary.ACTIVATION, repr(exc)))
+                live.failures += (boundary_failure(Boundary.ACTIVATION, repr(exc)),)
             boundaries.add(Boundary.ACTIVATION)
         try:
             await live.handle.dispose()
         except Exception as exc:
-            live.failures.append(boundary_failure(Boundary.HANDLE, repr(exc)))
+            live.failures += (boundary_failure(Boundary.HANDLE, repr(exc)),)
             boundaries.add(Boundary.HANDLE)
         if stored is None or agent.session.seq > stored:
             await self._commit_tail(live)
@@ -620,14 +621,23 @@ class _ReleaseWhenStored:
 
 class _Watch:
     """The engine's listeners on one child's inbox and status (rule 1): one slotted object
-    and its bound methods, no closures or cells per child."""
+    holding its bound methods' three subscriptions, no closures, cells or list per child."""
 
-    __slots__ = ("_agent", "_child_id", "_engine")
+    __slots__ = ("_agent", "_child_id", "_engine", "_off_claimed", "_off_discarded", "_off_status")
 
     def __init__(self, engine: Engine, child_id: SessionId, agent: Agent) -> None:
         self._engine = engine
         self._child_id = child_id
         self._agent = agent
+        self._off_claimed = agent.claimed.subscribe(self.claimed)
+        self._off_discarded = agent.discarded.subscribe(self.discarded)
+        self._off_status = agent.status_changed.subscribe(self.status)
+
+    def close(self) -> None:
+        """Unsubscribe all three (each disposer is single-shot)."""
+        self._off_claimed()
+        self._off_discarded()
+        self._off_status()
 
     def claimed(self, note: InboxNotification) -> None:
         engine = self._engine

@@ -15,6 +15,8 @@ Theory of operation
    signals and returns a detacher, so a long-lived signal keeps no listener per operation.
 4. ``Emitter`` is a synchronous, enumerable listener list (HARNESS-29): ``emit`` contains each
    listener; ``emit_vetoable`` lets a raising listener veto (the exception propagates).
+   An ``AbortSignal`` keeps its abort listeners in the same kind of table, not in an
+   emitter of its own.
 5. ``Scope`` collects cleanups and unwinds them in reverse order on ``dispose``; every cleanup
    runs even if an earlier one fails, then the first failure is raised. ``defer`` returns a
    single-shot disposer that runs its cleanup early (an async one is awaited by ``dispose``).
@@ -23,10 +25,11 @@ Theory of operation
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Protocol, TypeAlias, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeAlias, TypeVar
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -49,16 +52,16 @@ _tokens = itertools.count()
 
 
 class _Subscription:
-    """One listener's place in an emitter; calling it unsubscribes, once, in O(1).
+    """One listener's place in an emitter or a signal; calling it unsubscribes, once, in O(1).
 
-    The emitter keys its table by an int token, never by this object, so a subscription
-    and its emitter form no reference cycle (freed by refcount, not by the cyclic GC).
+    The table is keyed by an int token, never by this object, so a subscription and its
+    emitter form no reference cycle (freed by refcount, not by the cyclic GC).
     """
 
     __slots__ = ("_emitter", "_token")
 
-    def __init__(self, emitter: Emitter[Any], token: int) -> None:
-        self._emitter: Emitter[Any] | None = emitter
+    def __init__(self, emitter: _Listeners[Any], token: int) -> None:
+        self._emitter: _Listeners[Any] | None = emitter
         self._token = token
 
     def __call__(self) -> None:
@@ -73,66 +76,87 @@ class Subscribable(Protocol[P_co]):
     def subscribe(self, listener: Callable[[P_co], object], /) -> Unsubscribe: ...
 
 
-#: A listener table by subscription token, and the one-listener form of it.
+#: A listener table by subscription token.
 _Table: TypeAlias = dict[int, Callable[[P], object]]
-_Pair: TypeAlias = tuple[int, Callable[[P], object]]
 
 
-class Emitter(Generic[P]):
-    """A synchronous listener list whose callbacks can be enumerated (HARNESS-29).
+class _Listeners(Generic[P]):
+    """Listeners in registration order, each removable once by its subscription (rule 4).
 
-    The listener table is created on the second subscription: most emitters of a
-    short-lived child are never listened to, or by one listener, which is held as a
-    ``(token, listener)`` pair (a third of a table's memory).
+    The table is created on the second subscription: most emitters and signals of a
+    short-lived child are never listened to, or by one listener, which is held with its
+    token in two slots (no table and no pair tuple for the cyclic GC to track).
     """
 
-    __slots__ = ("_listeners", "name")
+    __slots__ = ("_listeners", "_token")
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._listeners: _Table[P] | _Pair[P] | None = None
+    def __init__(self) -> None:
+        # None, the one listener (its token in ``_token``), or the table (a listener is a
+        # callable, never a dict).
+        self._listeners: _Table[P] | Callable[[P], object] | None = None
+        self._token = -1
 
-    def subscribe(self, listener: Callable[[P], object]) -> Unsubscribe:
-        """Add ``listener``; the returned disposer removes it once (single-shot)."""
+    def _add(self, listener: Callable[[P], object]) -> Unsubscribe:
         token = next(_tokens)
         held = self._listeners
         if held is None:
-            self._listeners = (token, listener)
-        elif isinstance(held, tuple):
-            self._listeners = {held[0]: held[1], token: listener}
-        else:
+            self._listeners, self._token = listener, token
+        elif isinstance(held, dict):
             held[token] = listener
+        else:
+            self._listeners = {self._token: held, token: listener}
         return _Subscription(self, token)
 
     def _remove(self, token: int) -> None:
         held = self._listeners
-        if isinstance(held, tuple):
-            if held[0] == token:
-                self._listeners = None
-        elif held is not None:
+        if isinstance(held, dict):
             held.pop(token, None)
+        elif held is not None and self._token == token:
+            self._listeners = None
+
+    def _snapshot(self) -> tuple[Callable[[P], object], ...]:
+        held = self._listeners
+        if held is None:
+            return ()
+        if isinstance(held, dict):
+            return tuple(held.values())
+        return (held,)
+
+
+def _call_contained(name: str, listeners: tuple[Callable[[P], object], ...], payload: P) -> None:
+    """Call every listener; each failure is logged and contained."""
+    for listener in listeners:
+        try:
+            listener(payload)
+        except Exception:
+            _log.warning("%s listener failed", name, exc_info=True)
+
+
+class Emitter(_Listeners[P]):
+    """A synchronous listener list whose callbacks can be enumerated (HARNESS-29)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def subscribe(self, listener: Callable[[P], object]) -> Unsubscribe:
+        """Add ``listener``; the returned disposer removes it once (single-shot)."""
+        return self._add(listener)
 
     @property
     def listeners(self) -> tuple[Callable[[P], object], ...]:
         """A snapshot of the current listeners, in registration order."""
-        held = self._listeners
-        if held is None:
-            return ()
-        if isinstance(held, tuple):
-            return (held[1],)
-        return tuple(held.values())
+        return self._snapshot()
 
     def emit(self, payload: P) -> None:
         """Call every listener; each failure is logged and contained."""
-        for listener in self.listeners:
-            try:
-                listener(payload)
-            except Exception:
-                _log.warning("%s listener failed", self.name, exc_info=True)
+        _call_contained(self.name, self._snapshot(), payload)
 
     def emit_vetoable(self, payload: P) -> None:
         """Call every listener; the first raising listener vetoes (its exception propagates)."""
-        for listener in self.listeners:
+        for listener in self._snapshot():
             listener(payload)
 
 
@@ -140,15 +164,15 @@ def _no_op() -> None:
     return None
 
 
-class AbortSignal:
-    """The read side of an ``AbortController``."""
+class AbortSignal(_Listeners[object]):
+    """The read side of an ``AbortController``; it holds its abort listeners itself."""
 
-    __slots__ = ("_aborted", "_listeners", "_reason")
+    __slots__ = ("_aborted", "_reason")
 
     def __init__(self) -> None:
+        super().__init__()
         self._aborted = False
         self._reason: object = None
-        self._listeners: Emitter[object] | None = None
 
     @property
     def aborted(self) -> bool:
@@ -170,20 +194,16 @@ class AbortSignal:
     def add_listener(self, listener: Callable[[object], object]) -> Unsubscribe:
         """Call ``listener(reason)`` at abort (immediately if already aborted)."""
         if not self._aborted:
-            if self._listeners is None:
-                self._listeners = Emitter("abort")
-            return self._listeners.subscribe(listener)
-        once: Emitter[object] = Emitter("abort")
-        once.subscribe(listener)
-        once.emit(self._reason)
+            return self._add(listener)
+        _call_contained("abort", (listener,), self._reason)
         return _no_op
 
     def _abort(self, reason: object) -> None:
         self._aborted = True
         self._reason = reason
-        listeners, self._listeners = self._listeners, None
-        if listeners is not None:
-            listeners.emit(reason)
+        listeners = self._snapshot()
+        self._listeners = None  # later unsubscriptions find nothing to remove
+        _call_contained("abort", listeners, reason)
 
 
 class AbortController:
@@ -222,7 +242,7 @@ async def race_abort(operation: Awaitable[T], signal: AbortSignal | None) -> T:
         signal.throw_if_aborted()
     # One waiter, woken by whichever comes first: the operation finishing or the abort.
     wake = _Wake(asyncio.get_running_loop().create_future())
-    task.add_done_callback(wake)
+    task.add_done_callback(wake, context=_BARE)
     remove = signal.add_listener(wake)
     try:
         await wake.waiter
@@ -265,6 +285,11 @@ async def abortable(operation: Awaitable[T], signal: AbortSignal) -> T:
         remove()
 
 
+_BARE: Final = contextvars.Context()
+"""The context ``_Wake`` and ``_CancelWhileWaiting`` run in: they read no context variable,
+so they need no copy of the caller's per call (a wake-up's own callbacks keep theirs)."""
+
+
 class _Wake:
     """``race_abort``'s one waiter and its wake-up, as one slotted callable (no closure)."""
 
@@ -290,7 +315,7 @@ class _CancelWhileWaiting:
         self.cancelled = False
 
     def __call__(self, _reason: object) -> None:
-        asyncio.get_running_loop().call_soon(self._cancel)
+        asyncio.get_running_loop().call_soon(self._cancel, context=_BARE)
 
     def _cancel(self) -> None:
         if self.waiting:
@@ -303,7 +328,7 @@ class Scope:
 
     def __init__(self) -> None:
         self._cleanups: list[Callable[[], Awaitable[None] | None]] = []
-        self._early: list[Awaitable[None]] = []
+        self._early: list[Awaitable[None]] | None = None  # made by the first early async one
         self._disposed = False
 
     @property
@@ -321,6 +346,8 @@ class Scope:
                 self._cleanups.remove(cleanup)
                 result = cleanup()
                 if isinstance(result, Awaitable):
+                    if self._early is None:
+                        self._early = []
                     self._early.append(result)  # awaited by dispose
 
         return run_now

@@ -37,6 +37,9 @@ Theory of operation
 7. A model that ``ScopesToolCalls`` (pydantic-ai, whose run defers our tools) wraps each of
    its step's tool calls as the loop runs it: its ``tool_scope(call)`` puts the call under
    the framework's tool span (OBS-2).
+8. The five public emitters (``inserted``, ``claimed``, ``discarded``, ``status_changed``,
+   ``step_entering``) are made on first access: an emitter nobody asked for has no
+   listener, so its notifications are not built at all (fewer objects per held child).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final, Protocol, TypeVar, assert_never
+from typing import Final, Generic, Protocol, TypeVar, assert_never, overload
 
 from dsh_subagent.adapters.protocols import (
     AgentStatus,
@@ -113,6 +116,7 @@ from dsh_subagent.core.values import (
 )
 
 T = TypeVar("T")
+P = TypeVar("P")
 PreStepHook = Callable[[tuple[UserMessage, ...], int, int, AbortSignal], Awaitable[bool]]
 """``(claimed, turn, step, signal) -> enter?``; returning False ends the turn ``blocked``."""
 
@@ -141,6 +145,33 @@ def _corrupt(seq: int, why: str) -> SubagentError:
     return SubagentError(ErrorCode.CORRUPT_SESSION, f"{field}: {why}", field=field)
 
 
+class _Lazy(Generic[P]):
+    """A public emitter made on first use (rule 8): this class attribute reads, and fills,
+    the instance's ``slot``; while the slot holds None nobody listens and nothing is emitted.
+    """
+
+    __slots__ = ("_name", "_slot")
+
+    def __init__(self, slot: str, name: str) -> None:
+        self._slot = slot
+        self._name = name
+
+    @overload
+    def __get__(self, owner: None, kind: type) -> _Lazy[P]: ...
+
+    @overload
+    def __get__(self, owner: object, kind: type) -> Emitter[P]: ...
+
+    def __get__(self, owner: object, kind: type) -> Emitter[P] | _Lazy[P]:
+        if owner is None:
+            return self
+        emitter: Emitter[P] | None = getattr(owner, self._slot)
+        if emitter is None:
+            emitter = Emitter(self._name)
+            setattr(owner, self._slot, emitter)
+        return emitter
+
+
 class _Inbox:
     """The two pending lists, mutated only through durable splices (HARNESS-10).
 
@@ -149,19 +180,28 @@ class _Inbox:
     Slotted: one per live agent. Each pending id keeps the frozen wire form its inserting
     splice logged, so the claim's ``user/message`` shares it instead of a second copy."""
 
-    __slots__ = ("_claimed", "_discarded", "_inserted", "_lists", "_session", "_where")
+    __slots__ = (
+        "_claimed",
+        "_discarded",
+        "_inserted",
+        "_next_step",
+        "_next_turn",
+        "_session",
+        "_where",
+    )
 
-    def __init__(
-        self,
-        session: Session,
-        inserted: Emitter[InboxNotification],
-        claimed: Emitter[InboxNotification],
-        discarded: Emitter[InboxNotification],
-    ):
+    inserted: _Lazy[InboxNotification] = _Lazy("_inserted", "agent/inbox/inserted")
+    claimed: _Lazy[InboxNotification] = _Lazy("_claimed", "agent/inbox/claimed")
+    discarded: _Lazy[InboxNotification] = _Lazy("_discarded", "agent/inbox/discarded")
+
+    def __init__(self, session: Session):
         self._session = session
-        self._inserted, self._claimed, self._discarded = inserted, claimed, discarded
-        # next-turn, next-step: a pair, indexed by ``target is NEXT_STEP`` (no table, no hash)
-        self._lists: tuple[list[UserMessage], list[UserMessage]] = ([], [])
+        self._inserted: Emitter[InboxNotification] | None = None
+        self._claimed: Emitter[InboxNotification] | None = None
+        self._discarded: Emitter[InboxNotification] | None = None
+        # Each list exists only while it holds a message: a held child keeps no empty one.
+        self._next_turn: list[UserMessage] | None = None
+        self._next_step: list[UserMessage] | None = None
         # Every pending id, for O(1) checks: its list and its logged form (None: encode anew).
         self._where: dict[MessageId, tuple[InboxTarget, JsonValue]] = {}
         for event in session.events[session.header.seed_length or 0 :]:
@@ -184,8 +224,18 @@ class _Inbox:
             raise _corrupt(seq, f"invalid inbox splice: {exc}") from exc
         self._apply(target, start, removed, inserted, ())  # a stored form may carry extras
 
-    def _list(self, target: InboxTarget) -> list[UserMessage]:
-        return self._lists[target is InboxTarget.NEXT_STEP]
+    def _held(self, target: InboxTarget) -> list[UserMessage] | None:
+        return self._next_step if target is InboxTarget.NEXT_STEP else self._next_turn
+
+    def _list(self, target: InboxTarget) -> Sequence[UserMessage]:
+        """The pending list of ``target``, to read (an empty tuple while it has none)."""
+        return self._held(target) or ()
+
+    def _keep(self, target: InboxTarget, held: list[UserMessage] | None) -> None:
+        if target is InboxTarget.NEXT_STEP:
+            self._next_step = held
+        else:
+            self._next_turn = held
 
     def pending(self, target: InboxTarget) -> tuple[UserMessage, ...]:
         return tuple(self._list(target))
@@ -227,9 +277,10 @@ class _Inbox:
     ) -> list[UserMessage]:
         """Apply a checked splice to the list and to the id index; returns the removed.
         ``logged`` is the splice's frozen ``inserted`` list, or empty (encode anew)."""
-        current = self._list(target)
+        current = self._held(target) or []
         removed = current[start : start + count]
         current[start : start + count] = inserted
+        self._keep(target, current or None)
         for message in removed:
             del self._where[message.id]
         for index, message in enumerate(inserted):
@@ -269,9 +320,10 @@ class _Inbox:
         return removed
 
     def _notify(
-        self, emitter: Emitter[InboxNotification], message: UserMessage, turn: int | None
+        self, emitter: Emitter[InboxNotification] | None, message: UserMessage, turn: int | None
     ) -> None:
-        emitter.emit(InboxNotification(self._session.id, message, turn))
+        if emitter is not None:  # None: never listened to (rule 8)
+            emitter.emit(InboxNotification(self._session.id, message, turn))
 
     def claim(
         self, with_turn: bool, turn: int
@@ -357,6 +409,9 @@ class _IdleFollower:
 class ReferenceAgent:
     """The reference agent over one session (HARNESS-1 .. HARNESS-11)."""
 
+    status_changed: _Lazy[StatusNotification] = _Lazy("_status_changed", "agent/status")
+    step_entering: _Lazy[StepEntering] = _Lazy("_step_entering", "agent/step-entering")
+
     def __init__(
         self,
         session: Session,
@@ -376,12 +431,9 @@ class ReferenceAgent:
         scope: ToolScope | None = getattr(model, "tool_scope", None)  # ScopesToolCalls
         self._tool_scope = _unscoped if scope is None else scope
         self._pre_step = pre_step
-        self.inserted: Emitter[InboxNotification] = Emitter("agent/inbox/inserted")
-        self.claimed: Emitter[InboxNotification] = Emitter("agent/inbox/claimed")
-        self.discarded: Emitter[InboxNotification] = Emitter("agent/inbox/discarded")
-        self.status_changed: Emitter[StatusNotification] = Emitter("agent/status")
-        self.step_entering: Emitter[StepEntering] = Emitter("agent/step-entering")
-        self._inbox = _Inbox(session, self.inserted, self.claimed, self.discarded)
+        self._status_changed: Emitter[StatusNotification] | None = None
+        self._step_entering: Emitter[StepEntering] | None = None
+        self._inbox = _Inbox(session)
         self._state = activity.ActivityState()
         self._turn_number = _last_turn(session)
         self._abort: AbortController | None = None  # the current activity's (or the last one's)
@@ -400,6 +452,18 @@ class ReferenceAgent:
                 self._meter = None
 
         return remove
+
+    @property
+    def inserted(self) -> Emitter[InboxNotification]:
+        return self._inbox.inserted
+
+    @property
+    def claimed(self) -> Emitter[InboxNotification]:
+        return self._inbox.claimed
+
+    @property
+    def discarded(self) -> Emitter[InboxNotification]:
+        return self._inbox.discarded
 
     @property
     def id(self) -> SessionId:
@@ -449,7 +513,8 @@ class ReferenceAgent:
             case StartMaintenance():
                 self._begin_activity()
             case EmitStatus(status=status):
-                self.status_changed.emit(StatusNotification(self.id, status))
+                if self._status_changed is not None:  # None: never listened to (rule 8)
+                    self._status_changed.emit(StatusNotification(self.id, status))
             case ClearInbox():
                 self._inbox.clear()
             case FinishCancel(cause=cause):
@@ -589,7 +654,8 @@ class ReferenceAgent:
                 if steps == 0 and not claimed:
                     ends = TurnEndReason.COMPLETED
                     return False
-                self.step_entering.emit_vetoable(StepEntering(self.id, turn, step))
+                if self._step_entering is not None:  # None: never listened to (rule 8)
+                    self._step_entering.emit_vetoable(StepEntering(self.id, turn, step))
                 grant = self._admit()
                 if isinstance(grant, str):
                     end_data = wire.turn_end_data(turn, TurnEndReason.BUDGET_EXHAUSTED, limit=grant)
@@ -597,9 +663,8 @@ class ReferenceAgent:
                 self.session.append(STEP_START, {})
                 steps = step
                 try:
-                    for message, encoded in zip(claimed, logged, strict=True):
-                        data = wire.user_message_data(message, encoded)
-                        self.session.append(USER_MESSAGE, data)
+                    self._record_claimed(claimed, logged)
+                    del claimed, logged  # in the log now: not held across the model step
                     step_end = await self._step(turn, step, signal, grant)
                     if ends is not TurnEndReason.MAX_TOKENS:
                         ends = step_end
@@ -625,6 +690,13 @@ class ReferenceAgent:
             self.session.append(TURN_END, end_data)
         effects = self._dispatch(_TURN_ENDED[self._inbox.has_pending])
         return any(isinstance(effect, NextTurn) for effect in effects)
+
+    def _record_claimed(
+        self, claimed: tuple[UserMessage, ...], logged: tuple[JsonValue, ...]
+    ) -> None:
+        """Append the step's ``user/message`` records, sharing each logged form."""
+        for message, encoded in zip(claimed, logged, strict=True):
+            self.session.append(USER_MESSAGE, wire.user_message_data(message, encoded))
 
     def _admit(self) -> StepGrant | str | None:
         """Reserve the step's model request (rule 6): a grant, None without a meter, or the

@@ -24,7 +24,7 @@ Theory of operation
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 import attrs
 
@@ -41,6 +41,8 @@ from dsh_subagent.core.jsonvalue import check_json, require_str
 from dsh_subagent.core.values import TextBlock
 
 """The refusal of a call whose signal aborted before its handler ran (C-4)."""
+
+T = TypeVar("T")
 
 
 def _error(text: str) -> ToolOutcome:
@@ -147,6 +149,14 @@ class _Restriction:
         return (self.allow is None or name in self.allow) and name not in self.deny
 
 
+def _without(items: tuple[T, ...], item: T) -> tuple[T, ...]:
+    """``items`` without the first one equal to ``item`` (``list.remove``), if any."""
+    if item not in items:
+        return items
+    index = items.index(item)
+    return items[:index] + items[index + 1 :]
+
+
 def _quoted(names: Sequence[str]) -> str:
     return ", ".join(f'"{name}"' for name in names)
 
@@ -157,8 +167,9 @@ class ScopedTools(ToolRegistry):
     def __init__(self, base: ToolRegistry | None = None) -> None:
         super().__init__()
         self._base = base or ToolRegistry()
-        self._restrictions: list[_Restriction] = []
-        self._guards: list[ToolGuard] = []
+        # Tuples, replaced on change (rare): an agent without any keeps no list of its own.
+        self._restrictions: tuple[_Restriction, ...] = ()
+        self._guards: tuple[ToolGuard, ...] = ()
 
     def global_layer(self) -> ToolRegistry:
         """The global registry this layer filters (what a child of this agent starts from)."""
@@ -203,18 +214,24 @@ class ScopedTools(ToolRegistry):
         restriction = _Restriction(
             None if allow is None else frozenset(allow), frozenset(deny or ())
         )
-        self._restrictions.append(restriction)
-        return lambda: (
-            self._restrictions.remove(restriction) if restriction in self._restrictions else None
-        )
+        self._restrictions += (restriction,)
+
+        def lift() -> None:
+            self._restrictions = _without(self._restrictions, restriction)
+
+        return lift
 
     def add_guard(self, guard: ToolGuard) -> Unsubscribe:
         """Refuse calls for which ``guard`` returns a reason (checked before execution)."""
-        self._guards.append(guard)
-        return lambda: self._guards.remove(guard) if guard in self._guards else None
+        self._guards += (guard,)
+
+        def remove() -> None:
+            self._guards = _without(self._guards, guard)
+
+        return remove
 
     async def execute(self, call: ToolCall, signal: AbortSignal) -> ToolOutcome:
-        for guard in tuple(self._guards):
+        for guard in self._guards:
             refusal = guard(call)
             if refusal is not None:
                 return _error(refusal)
