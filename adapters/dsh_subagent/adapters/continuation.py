@@ -67,6 +67,7 @@ from dsh_subagent.adapters.continuation_support import (
     status_of,
 )
 from dsh_subagent.adapters.continuation_types import (
+    FOLLOWUP_AUTHORITIES,
     AncestorAuthority,
     ContinuableStart,
     ContinuableStartSpec,
@@ -258,7 +259,8 @@ class ContinuationManager:
         content = freeze_content(check_content(content, "content", self._limits))
         if not isinstance(source, _SOURCES):
             raise invalid("source", "must be a MessageSource")
-        self._identities.followup_authority(authority)
+        if not isinstance(authority, ParentAgent | UserGrant):  # the span computes it (AUTH-2)
+            raise refuse_authority(FOLLOWUP_AUTHORITIES)
         check_aborted(check_signal(signal), "signal")
         self._budgets.refuse_exhausted(child_id)  # until the host raises it (BUDGET-14)
         queued = _Queued(content, source, authority, signal)

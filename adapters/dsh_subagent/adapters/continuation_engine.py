@@ -7,7 +7,9 @@ Theory of operation
    over effects is exhaustive. A ``Reject`` is raised only after every other effect of the
    same event ran (a refused materialization still disposes its handle). Harness
    notifications raised while effects run (inbox claimed/discarded, status) re-enter
-   ``dispatch``; they build on the stored state.
+   ``dispatch``; they build on the stored state. A ``SubmitFollowup`` whose send returned
+   is reported ``MessageAccepted`` only where the core asks (``report_accepted``: a child's
+   first acceptance); a delivery to a resident child is one dispatch.
 2. The effects that need the requester's awaiting are handed back as ``dispatch``'s result:
    a routing pass answers ``Routed`` (delivered, resume, await the release; CONT-14), a
    drain answers its ``AwaitBranches`` (TEAR-12), a refused lease its ``PostToMailbox``
@@ -237,6 +239,7 @@ class Engine:
         self.state, effects = apply(self.state, event)
         refusal: Reject | None = None
         handback: Handback = None
+        first: SubmitFollowup | None = None
         for effect in effects:
             match effect:
                 case Reject():
@@ -244,6 +247,8 @@ class Engine:
                 case SubmitFollowup():
                     self._submit_followup(effect)
                     handback = Routed.DELIVERED
+                    if effect.report_accepted:
+                        first = effect
                 case ResumeAgent():
                     handback = Routed.RESUME
                 case AwaitRelease():
@@ -279,6 +284,8 @@ class Engine:
                     assert_never(effect)
         if refusal is not None:
             raise SubagentError(refusal.code, refusal.reason)
+        if first is not None:  # a first acceptance is the core's to record (rule 1)
+            self.dispatch(MessageAccepted(self.event_id(), first.child_id, first.message_id))
         return handback
 
     def submit(
@@ -305,16 +312,12 @@ class Engine:
 
     def route(self, message: UserMessage, event: FollowupRequested | MailboxArrived) -> Handback:
         """Offer ``message`` to the core (a follow-up, or durable mail arrived): it waits in
-        the outbox for the dispatch alone, and a delivery is reported accepted (CONT-16,
-        DUR-22). No await."""
+        the outbox for the dispatch alone (CONT-16, DUR-22). No await."""
         self.outbox[message.id] = message
         try:
-            routed = self.dispatch(event)
+            return self.dispatch(event)
         finally:
             self.outbox.pop(message.id, None)
-        if routed is Routed.DELIVERED:
-            self.dispatch(MessageAccepted(self.event_id(), event.child_id, message.id))
-        return routed
 
     def drain(self, event: DrainRequested) -> list[asyncio.Future[SubagentError | None]]:
         """Dispatch a drain; return the release futures of the targets it hands back."""

@@ -90,11 +90,14 @@ class Activation:
             admission_open=self.phase is Phase.MATERIALIZED,
         )
 
-    def moved(self, phase: Phase) -> Activation:
-        """This record in ``phase``: the per-event path's phase-only copy, one positional
-        call where ``attrs.evolve`` walks the fields in Python (same result)."""
+    def moved(self, phase: Phase, accepted: frozenset[MessageId] | None = None) -> Activation:
+        """This record in ``phase`` (and with ``accepted``, when given): the per-event path's
+        copy, one positional call where ``attrs.evolve`` walks the fields in Python (same
+        result)."""
         values = list(_FIELD_VALUES(self))
         values[_PHASE_AT] = phase
+        if accepted is not None:
+            values[_ACCEPTED_AT] = accepted
         return Activation(*values)
 
 
@@ -102,6 +105,7 @@ _FIELD_NAMES: Final = tuple(field.name for field in attrs.fields(Activation))
 _FIELD_VALUES: Final = operator.attrgetter(*_FIELD_NAMES)
 """Every field of a record, in ``__init__``'s positional order, in one C-level call."""
 _PHASE_AT: Final = _FIELD_NAMES.index("phase")
+_ACCEPTED_AT: Final = _FIELD_NAMES.index("accepted")
 
 
 @attrs.frozen
