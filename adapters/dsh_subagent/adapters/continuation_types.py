@@ -201,7 +201,9 @@ class Identities:
         except TypeError:  # not weakly referenceable: not an agent object
             return NOBODY
         current = self._agents.get(agent.id)
-        return Presented(presented, None if current is None else self.ref(current).token)
+        if current is None or current is agent:  # the exact live one: its own token
+            return Presented(presented, None if current is None else presented.token)
+        return Presented(presented, self.ref(current).token)
 
     def mint_grant(self) -> UserGrant:
         grant = UserGrant(_GRANT_KEY)
