@@ -261,6 +261,8 @@ class Step:
         """Is ``agent`` closing: a member, or a resident whose lineage is closing?"""
         if self.draining or agent in self.closing_roots:
             return True
+        if not self.closing_roots:  # no closing root: no lineage is closing (TEAR-10)
+            return False
         record = self.live(None if agent is None else agent.session_id)
         return record is not None and record.agent == agent and self.lineage_closing(record.lineage)
 
@@ -273,8 +275,13 @@ _RESIDENT: Final = Phase.RESIDENT  # a module name: ``Phase.X`` pays EnumType's 
 
 
 def settle_if_quiet(step: Step, record: Activation) -> None:
-    """The settlement decision and the disposal cutoff, in one step (RES-5, RES-6)."""
-    if record.phase is _RESIDENT and residency(record.facts()) is Residency.SETTLED:
+    """The settlement decision and the disposal cutoff, in one step (RES-5, RES-6). An
+    accounted message keeps a child running (RES-2): no facts are derived for it then."""
+    if (
+        record.phase is _RESIDENT
+        and not record.accepted
+        and residency(record.facts()) is Residency.SETTLED
+    ):
         open_disposal(step, (record.child_id,), Trigger.SETTLED)
 
 
