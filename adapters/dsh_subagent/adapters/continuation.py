@@ -127,6 +127,7 @@ REPORT_FRAME: Final = "Background subagent {child_id} reported:"
 """The first text block of a child's report (CONT-34, verbatim)."""
 
 _SOURCES: Final = (BaseSource, CoordinatorSource, SubagentReportSource, SubagentSettledSource)
+_AUTHORITIES: Final = (ParentAgent, UserGrant)
 
 
 def _none() -> None:
@@ -259,12 +260,14 @@ class ContinuationManager:
         content = freeze_content(check_content(content, "content", self._limits))
         if not isinstance(source, _SOURCES):
             raise invalid("source", "must be a MessageSource")
-        if not isinstance(authority, ParentAgent | UserGrant):  # the span computes it (AUTH-2)
+        if not isinstance(authority, _AUTHORITIES):  # the routing span computes it (AUTH-2)
             raise refuse_authority(FOLLOWUP_AUTHORITIES)
         check_aborted(check_signal(signal), "signal")
         self._budgets.refuse_exhausted(child_id)  # until the host raises it (BUDGET-14)
         queued = _Queued(content, source, authority, signal)
-        queue = self._queued.setdefault(child_id, collections.deque())
+        queue = self._queued.get(child_id)
+        if queue is None:
+            queue = self._queued[child_id] = collections.deque()
         queue.append(queued)
         try:
             with self._tracing.followup(child_id):

@@ -329,20 +329,22 @@ class Engine:
 
     def _submit_followup(self, effect: SubmitFollowup) -> None:
         agent = self.children[effect.child_id].handle.agent
-        message_id = effect.message_id
-        self._send_accounted(
-            effect.child_id, message_id, lambda: agent.followup(self._take(message_id))
-        )
+        self._send_accounted(effect.child_id, effect.message_id, agent.followup)
 
     def _take(self, message_id: MessageId) -> UserMessage:
         return self.outbox.pop(message_id)
 
     def _send_accounted(
-        self, agent_id: SessionId, message_id: MessageId, send: Callable[[], None]
+        self,
+        agent_id: SessionId,
+        message_id: MessageId,
+        send: Callable[[UserMessage], None],
+        message: UserMessage | None = None,
     ) -> None:
-        """Perform an accounted waking send; withdraw the id if it raises (RES-2)."""
+        """Perform an accounted waking send of ``message`` (None: the outbox's, taken now);
+        withdraw the id if it raises (RES-2)."""
         try:
-            send()
+            send(self._take(message_id) if message is None else message)
         except BaseException:
             self.dispatch(MessageSendFailed(self.event_id(), agent_id, message_id))
             raise
@@ -372,7 +374,7 @@ class Engine:
         try:
             if effect.accounted:
                 self._send_accounted(
-                    effect.parent_session, message.id, lambda: sends[effect.route](message)
+                    effect.parent_session, message.id, sends[effect.route], message
                 )
             else:
                 sends[effect.route](message)
@@ -396,7 +398,7 @@ class Engine:
                 raise LookupError(f"parent {effect.parent_session!r} is not registered")
             send = parent.inject if effect.route is NoticeRoute.INJECT else parent.steer
             if effect.accounted:
-                self._send_accounted(effect.parent_session, message.id, lambda: send(message))
+                self._send_accounted(effect.parent_session, message.id, send, message)
             else:
                 send(message)
         except Exception as exc:
