@@ -10,11 +10,13 @@ from dsh_subagent.adapters.continuation import (
     ParentAgent,
     UserGrant,
 )
+from dsh_subagent.adapters.continuation_engine import Handback
 from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
 from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
 from dsh_subagent.adapters.signals import AbortController
 from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.manager.events import Event
 from dsh_subagent.core.policy import DELEGATION_STATEMENT
 from dsh_subagent.core.residency import ActivationState
 from dsh_subagent.core.values import (
@@ -316,6 +318,35 @@ def test_cont_15_followup_to_running_child_is_queued_as_the_next_turn() -> None:
         assert user_texts(child) == ["one", "two"]
         turns = [e for e in child.session.events if e.type == TURN_START]
         assert len(turns) == 2
+
+    run(main)
+
+
+def test_res_10_a_followup_to_a_resident_child_is_one_dispatch() -> None:
+    """The first acceptance is reported back to the core; a later one is not (INV-RES-3)."""
+
+    async def main() -> None:
+        h = Harness()
+        root = await h.root()
+        gate = Gate()
+        h.script("c1", Gated(gate, reply("first")), reply("second"))
+        engine = h.manager._engine
+        dispatched: list[str] = []
+        dispatch = engine.dispatch
+
+        def recording(event: Event) -> Handback:
+            dispatched.append(type(event).__name__)
+            return dispatch(event)
+
+        engine.dispatch = recording  # type: ignore[method-assign]
+        await h.start(root, "c1", "one")
+        assert "MessageAccepted" in dispatched
+        await gate.reached()
+        dispatched.clear()
+        await h.followup(root, "c1", "two")
+        assert dispatched == ["FollowupRequested"]
+        gate.open()
+        await h.quiet()
 
     run(main)
 

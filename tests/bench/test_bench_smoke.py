@@ -275,6 +275,22 @@ def test_acc_acceptance_latency_and_the_sqlite_floor_are_summarized() -> None:
         assert figures["msgs_per_s"] > 0
 
 
+def test_acc_callgrind_driver_sends_and_profiles_the_senders_phase(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pstats
+
+    from bench import acceptance_callgrind
+
+    profile = tmp_path / "senders.prof"
+    argv = ["--messages", "12", "--senders", "4", "--children", "3", "--profile", str(profile)]
+    acceptance_callgrind.main(argv)
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["messages"] == 12
+    assert printed["msgs_per_s"] > 0
+    assert pstats.Stats(str(profile)).get_stats_profile().func_profiles
+
+
 def test_obs_1_otel_w1_runs_each_tracing_setup_in_its_own_interpreter() -> None:
     from bench.otel_overhead import otel_overhead
 

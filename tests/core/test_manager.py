@@ -612,6 +612,40 @@ def test_res_10_announced_only_after_an_accepted_delivery() -> None:
     assert d.state.activations[sid("c")].announced
 
 
+def test_res_10_only_a_first_acceptance_is_reported_back() -> None:
+    """A materialized child's first delivery asks for ``MessageAccepted``; a delivery to a
+    resident child (announced already, INV-RES-3) is accepted in its routing transition."""
+    d = Driver()
+    d.materialize("c", ROOT, run="r")
+    first = d(FollowupRequested(eid(), sid("c"), MessageId("m"), as_parent(ROOT)))
+    assert first == (SubmitFollowup(first[0].cause, sid("c"), MessageId("m"), True),)
+    assert phase(d, "c") is Phase.MATERIALIZED
+    d(MessageAccepted(eid(), sid("c"), MessageId("m")))
+    for later in (
+        FollowupRequested(eid(), sid("c"), MessageId("m2"), as_parent(ROOT)),
+        MailboxArrived(eid(), sid("c"), MessageId("m3")),
+    ):
+        effects = d(later)
+        assert effects == (SubmitFollowup(later.event_id, sid("c"), later.message_id, False),)
+        record = d.state.activations[sid("c")]
+        assert record.phase is Phase.RESIDENT
+        assert record.announced
+        assert later.message_id in record.accepted
+        # What a report would record is there already: it changes nothing.
+        assert apply(d.state, MessageAccepted(eid(), sid("c"), later.message_id)) == (
+            d.state,
+            (),
+        )
+
+
+def test_dur_22_a_first_mailbox_delivery_is_reported_back() -> None:
+    d = Driver()
+    d.materialize("c", ROOT, run="r")
+    mail = MailboxArrived(eid(), sid("c"), MessageId("mail"))
+    assert d(mail) == (SubmitFollowup(mail.event_id, sid("c"), MessageId("mail"), True),)
+    assert d.state.activations[sid("c")].accepted == {MessageId("mail")}
+
+
 # ------------------------------------------------------------------------- interrupt (CONT-23..25)
 
 

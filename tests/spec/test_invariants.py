@@ -217,6 +217,10 @@ def test_state_invariants_report_planted_corruption() -> None:
     assert check_state(attrs.evolve(state, activations=mislabeled))["INV-RES-1"] == [
         "record under c is z in Phase.RESIDENT"
     ]
+    unannounced = state.activations.set(SessionId("c"), attrs.evolve(c, announced=False))
+    assert check_state(attrs.evolve(state, activations=unannounced))["INV-RES-3"] == [
+        "c is resident but not announced"
+    ]
     idle_c = attrs.evolve(c, accepted=frozenset())
     quiet = state.activations.set(SessionId("c"), idle_c)
     assert check_state(attrs.evolve(state, activations=quiet))["INV-RES-2"] == [

@@ -67,6 +67,7 @@ from dsh_subagent.adapters.continuation_support import (
     status_of,
 )
 from dsh_subagent.adapters.continuation_types import (
+    FOLLOWUP_AUTHORITIES,
     AncestorAuthority,
     ContinuableStart,
     ContinuableStartSpec,
@@ -126,6 +127,7 @@ REPORT_FRAME: Final = "Background subagent {child_id} reported:"
 """The first text block of a child's report (CONT-34, verbatim)."""
 
 _SOURCES: Final = (BaseSource, CoordinatorSource, SubagentReportSource, SubagentSettledSource)
+_AUTHORITIES: Final = (ParentAgent, UserGrant)
 
 
 def _none() -> None:
@@ -258,11 +260,14 @@ class ContinuationManager:
         content = freeze_content(check_content(content, "content", self._limits))
         if not isinstance(source, _SOURCES):
             raise invalid("source", "must be a MessageSource")
-        self._identities.followup_authority(authority)
+        if not isinstance(authority, _AUTHORITIES):  # the routing span computes it (AUTH-2)
+            raise refuse_authority(FOLLOWUP_AUTHORITIES)
         check_aborted(check_signal(signal), "signal")
         self._budgets.refuse_exhausted(child_id)  # until the host raises it (BUDGET-14)
         queued = _Queued(content, source, authority, signal)
-        queue = self._queued.setdefault(child_id, collections.deque())
+        queue = self._queued.get(child_id)
+        if queue is None:
+            queue = self._queued[child_id] = collections.deque()
         queue.append(queued)
         try:
             with self._tracing.followup(child_id):

@@ -7,7 +7,9 @@ Theory of operation
    over effects is exhaustive. A ``Reject`` is raised only after every other effect of the
    same event ran (a refused materialization still disposes its handle). Harness
    notifications raised while effects run (inbox claimed/discarded, status) re-enter
-   ``dispatch``; they build on the stored state.
+   ``dispatch``; they build on the stored state. A ``SubmitFollowup`` whose send returned
+   is reported ``MessageAccepted`` only where the core asks (``report_accepted``: a child's
+   first acceptance); a delivery to a resident child is one dispatch.
 2. The effects that need the requester's awaiting are handed back as ``dispatch``'s result:
    a routing pass answers ``Routed`` (delivered, resume, await the release; CONT-14), a
    drain answers its ``AwaitBranches`` (TEAR-12), a refused lease its ``PostToMailbox``
@@ -248,6 +250,7 @@ class Engine:
         self.state, effects = apply(self.state, event)
         refusal: Reject | None = None
         handback: Handback = None
+        first: SubmitFollowup | None = None
         for effect in effects:
             match effect:
                 case Reject():
@@ -255,6 +258,8 @@ class Engine:
                 case SubmitFollowup():
                     self._submit_followup(effect)
                     handback = Routed.DELIVERED
+                    if effect.report_accepted:
+                        first = effect
                 case ResumeAgent():
                     handback = Routed.RESUME
                 case AwaitRelease():
@@ -290,6 +295,8 @@ class Engine:
                     assert_never(effect)
         if refusal is not None:
             raise SubagentError(refusal.code, refusal.reason)
+        if first is not None:  # a first acceptance is the core's to record (rule 1)
+            self.dispatch(MessageAccepted(self.event_id(), first.child_id, first.message_id))
         return handback
 
     def submit(
@@ -316,16 +323,12 @@ class Engine:
 
     def route(self, message: UserMessage, event: FollowupRequested | MailboxArrived) -> Handback:
         """Offer ``message`` to the core (a follow-up, or durable mail arrived): it waits in
-        the outbox for the dispatch alone, and a delivery is reported accepted (CONT-16,
-        DUR-22). No await."""
+        the outbox for the dispatch alone (CONT-16, DUR-22). No await."""
         self.outbox[message.id] = message
         try:
-            routed = self.dispatch(event)
+            return self.dispatch(event)
         finally:
             self.outbox.pop(message.id, None)
-        if routed is Routed.DELIVERED:
-            self.dispatch(MessageAccepted(self.event_id(), event.child_id, message.id))
-        return routed
 
     def drain(self, event: DrainRequested) -> list[asyncio.Future[SubagentError | None]]:
         """Dispatch a drain; return the release futures of the targets it hands back."""
@@ -337,20 +340,22 @@ class Engine:
 
     def _submit_followup(self, effect: SubmitFollowup) -> None:
         agent = self.children[effect.child_id].handle.agent
-        message_id = effect.message_id
-        self._send_accounted(
-            effect.child_id, message_id, lambda: agent.followup(self._take(message_id))
-        )
+        self._send_accounted(effect.child_id, effect.message_id, agent.followup)
 
     def _take(self, message_id: MessageId) -> UserMessage:
         return self.outbox.pop(message_id)
 
     def _send_accounted(
-        self, agent_id: SessionId, message_id: MessageId, send: Callable[[], None]
+        self,
+        agent_id: SessionId,
+        message_id: MessageId,
+        send: Callable[[UserMessage], None],
+        message: UserMessage | None = None,
     ) -> None:
-        """Perform an accounted waking send; withdraw the id if it raises (RES-2)."""
+        """Perform an accounted waking send of ``message`` (None: the outbox's, taken now);
+        withdraw the id if it raises (RES-2)."""
         try:
-            send()
+            send(self._take(message_id) if message is None else message)
         except BaseException:
             self.dispatch(MessageSendFailed(self.event_id(), agent_id, message_id))
             raise
@@ -380,7 +385,7 @@ class Engine:
         try:
             if effect.accounted:
                 self._send_accounted(
-                    effect.parent_session, message.id, lambda: sends[effect.route](message)
+                    effect.parent_session, message.id, sends[effect.route], message
                 )
             else:
                 sends[effect.route](message)
@@ -404,7 +409,7 @@ class Engine:
                 raise LookupError(f"parent {effect.parent_session!r} is not registered")
             send = parent.inject if effect.route is NoticeRoute.INJECT else parent.steer
             if effect.accounted:
-                self._send_accounted(effect.parent_session, message.id, lambda: send(message))
+                self._send_accounted(effect.parent_session, message.id, send, message)
             else:
                 send(message)
         except Exception as exc:

@@ -81,6 +81,10 @@ def refuse_authority(expected: str, field: str = "authority") -> SubagentError:
     return SubagentError(ErrorCode.UNAUTHORIZED, f"must be {expected}", field=field)
 
 
+FOLLOWUP_AUTHORITIES: Final = "ParentAgent or a UserGrant"
+"""What a follow-up's authority position takes (``refuse_authority``'s ``expected``)."""
+
+
 @attrs.frozen
 class ContinuableStartSpec:
     """``start_continuable`` input (CONT-1); the prompt is submitted with source ``user``.
@@ -197,7 +201,9 @@ class Identities:
         except TypeError:  # not weakly referenceable: not an agent object
             return NOBODY
         current = self._agents.get(agent.id)
-        return Presented(presented, None if current is None else self.ref(current).token)
+        if current is None or current is agent:  # the exact live one: its own token
+            return Presented(presented, None if current is None else presented.token)
+        return Presented(presented, self.ref(current).token)
 
     def mint_grant(self) -> UserGrant:
         grant = UserGrant(_GRANT_KEY)
@@ -213,7 +219,7 @@ class Identities:
             return ParentAuthority(self.presented(authority.agent))
         if isinstance(authority, UserGrant):
             return UserAuthority(self.genuine(authority))
-        raise refuse_authority("ParentAgent or a UserGrant")
+        raise refuse_authority(FOLLOWUP_AUTHORITIES)
 
     def departed(self, agent: Agent) -> None:
         """``agent`` left the registry: its remembered walk and every walk built on it are

@@ -147,7 +147,8 @@ def _fast_frozen(value: object, depth: int) -> JsonValue:
         for key, sub in value.items():
             if type(key) is not str or not key.isascii():
                 raise _Unusual
-            if type(sub) is str and sub.isascii():  # the commonest member, decided inline
+            # The commonest members are decided inline, without a call.
+            if (type(sub) is str and sub.isascii()) or type(sub) is int or sub is None:
                 copied[key] = sub
             else:
                 copied[key] = _fast_frozen(sub, depth + 1)
@@ -155,7 +156,13 @@ def _fast_frozen(value: object, depth: int) -> JsonValue:
     if type(value) is list or type(value) is tuple or type(value) is FrozenList:
         if not value:
             return _EMPTY_LIST
-        return _CheckedList([_fast_frozen(sub, depth + 1) for sub in value])
+        members: list[JsonValue] = []  # a loop, not a comprehension: no frame of its own
+        for sub in value:
+            if (type(sub) is str and sub.isascii()) or type(sub) is int or sub is None:
+                members.append(sub)
+            else:
+                members.append(_fast_frozen(sub, depth + 1))
+        return _CheckedList(members)
     raise _Unusual
 
 

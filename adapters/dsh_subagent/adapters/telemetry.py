@@ -158,7 +158,7 @@ class Lifecycle:
 
     def followup(self, child_id: SessionId) -> contextlib.AbstractContextManager[None]:
         """Wrap one follow-up's admission."""
-        return contextlib.nullcontext()
+        return _NO_SPAN
 
     def drain(self, scope: str) -> contextlib.AbstractContextManager[None]:
         """Wrap one drain."""
@@ -174,6 +174,10 @@ class Lifecycle:
         """Runs started inside are background runs: linked, not nested (rule 3)."""
         return contextlib.nullcontext()
 
+
+_NO_SPAN: Final[contextlib.AbstractContextManager[None]] = contextlib.nullcontext()
+"""One shared no-op context (stateless, so reusable and re-entrant): a follow-up that starts
+no span makes no context object either (rule 1)."""
 
 _BACKGROUND: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar(
     "dsh_subagent_background", default=False
@@ -341,11 +345,12 @@ if AVAILABLE:
             finally:
                 _BACKGROUND.reset(token)
 
+        def followup(self, child_id: SessionId) -> contextlib.AbstractContextManager[None]:
+            # Off: one shared no-op context, no generator nor span made (rule 1).
+            return _NO_SPAN if self._off() else self._followup(child_id)
+
         @contextlib.contextmanager
-        def followup(self, child_id: SessionId) -> Iterator[None]:
-            if self._off():
-                yield
-                return
+        def _followup(self, child_id: SessionId) -> Iterator[None]:
             with self._tracer.start_as_current_span(
                 "dsh.subagent.followup",
                 kind=_INTERNAL,

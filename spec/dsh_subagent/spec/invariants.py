@@ -103,6 +103,14 @@ def _owner_never_settled(state: ManagerState) -> list[str]:
     ]
 
 
+def _resident_was_announced(state: ManagerState) -> list[str]:
+    return [
+        f"{child_id} is resident but not announced"
+        for child_id, record in state.activations.items()
+        if record.phase is Phase.RESIDENT and not record.announced
+    ]
+
+
 def _ownership_points_at_live_children(state: ManagerState) -> list[str]:
     found = []
     for child_id, record in state.activations.items():
@@ -242,6 +250,12 @@ STATE_INVARIANTS: tuple[StateInvariant, ...] = (
         ("RES-1", "RES-6", "RES-12"),
         "A parent that owns an undisposed child is never settled; no resident record is.",
         check=_owner_never_settled,
+    ),
+    StateInvariant(
+        "INV-RES-3",
+        ("RES-10", "NOTICE-2"),
+        "A resident record is announced: a delivery to it is accepted in one transition.",
+        check=_resident_was_announced,
     ),
     StateInvariant(
         "INV-OWN-1",

@@ -171,7 +171,10 @@ def _legal(state: ManagerState, event: ev.Event) -> bool:
 def enabled(scope: Scope, node: Node) -> Iterator[ev.Event]:
     """Every event of the scope's vocabulary the core has an edge for in this state."""
     state, env = node
-    if env.pending:  # a send is answered in the same span as the request (the contract)
+    # A send is answered in the same span as the request (the contract). A resident child's
+    # success is not reported back (``SubmitFollowup.report_accepted`` False): there the
+    # ``MessageAccepted`` below stands for it, and changes nothing (INV-RES-3).
+    if env.pending:
         for child, message in sorted(env.pending):
             yield ev.MessageAccepted(_EID, child, message)
             yield ev.MessageSendFailed(_EID, child, message)

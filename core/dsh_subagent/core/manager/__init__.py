@@ -114,6 +114,7 @@ from dsh_subagent.core.notices import (
 )
 from dsh_subagent.core.residency import AgentStatus, admit, settle_message
 from dsh_subagent.core.teardown import durability_report
+from dsh_subagent.core.values import MessageId
 
 __all__ = [
     "STATE_TRIGGERED",
@@ -288,11 +289,17 @@ def _route_live(step: Step, record: Activation, event: FollowupRequested) -> Out
             step.reject(ErrorCode.ACTIVATION_CLOSING, "the parent Activation is being released")
             return Outcome.REFUSED
         step.put(attrs.evolve(owner, owned=owner.owned.set(record.child_id, True)))
-    step.put(
-        attrs.evolve(record, phase=step.entering, accepted=admit(record.accepted, event.message_id))
-    )
-    step.effects.append(SubmitFollowup(step.cause, record.child_id, event.message_id))
+    _deliver(step, record, event.message_id)
     return Outcome.DONE
+
+
+def _deliver(step: Step, record: Activation, message_id: MessageId) -> None:
+    """Account ``message_id`` and send it (RES-2). A resident child was announced when it
+    became resident (its first acceptance), so the send's acceptance changes nothing more:
+    only a materialized child's first acceptance is reported back (``MessageAccepted``)."""
+    step.put(record.moved(step.entering, admit(record.accepted, message_id)))
+    first = record.phase is _MATERIALIZED
+    step.effects.append(SubmitFollowup(step.cause, record.child_id, message_id, first))
 
 
 def _route_disposing(step: Step, record: Activation, event: FollowupRequested) -> Outcome:
@@ -310,12 +317,7 @@ def _mailbox_live(step: Step, record: Activation, event: MailboxArrived) -> Outc
     it pending in the store for the next Activation (DUR-23).
     """
     if not step.lineage_closing(record.lineage):
-        step.put(
-            attrs.evolve(
-                record, phase=step.entering, accepted=admit(record.accepted, event.message_id)
-            )
-        )
-        step.effects.append(SubmitFollowup(step.cause, record.child_id, event.message_id))
+        _deliver(step, record, event.message_id)
     return Outcome.DONE
 
 
@@ -336,11 +338,7 @@ def _message_left(
     step: Step, record: Activation, event: MessageSendFailed | MessageClaimed | MessageDiscarded
 ) -> Outcome:
     """An accounted id leaves: claimed, discarded, or withdrawn after a failed send (RES-2)."""
-    step.put(
-        attrs.evolve(
-            record, phase=step.entering, accepted=settle_message(record.accepted, event.message_id)
-        )
-    )
+    step.put(record.moved(step.entering, settle_message(record.accepted, event.message_id)))
     return Outcome.DONE
 
 
@@ -533,6 +531,7 @@ _ENTERED_BY_APPLY: Final = frozenset({Phase.ABSENT, Phase.DISPOSING})
 _ABSENT: Final = Phase.ABSENT
 _DISPOSING: Final = Phase.DISPOSING
 _RESIDENT: Final = Phase.RESIDENT
+_MATERIALIZED: Final = Phase.MATERIALIZED
 _DONE: Final = Outcome.DONE
 
 

@@ -42,11 +42,18 @@ class Reject:
 
 @attrs.frozen
 class SubmitFollowup:
-    """Call the child's waking ``followup`` with the accounted message (CONT-15, RES-2)."""
+    """Call the child's waking ``followup`` with the accounted message (CONT-15, RES-2).
+
+    ``report_accepted``: once the send returned, report ``MessageAccepted`` (the child's
+    first acceptance, which makes it resident and announced). False for a resident child:
+    this very transition already holds everything an acceptance records, so a delivery to
+    it is one core transition.
+    """
 
     cause: EventId
     child_id: SessionId
     message_id: MessageId
+    report_accepted: bool = False
 
 
 @attrs.frozen

@@ -90,11 +90,14 @@ class Activation:
             admission_open=self.phase is Phase.MATERIALIZED,
         )
 
-    def moved(self, phase: Phase) -> Activation:
-        """This record in ``phase``: the per-event path's phase-only copy, one positional
-        call where ``attrs.evolve`` walks the fields in Python (same result)."""
+    def moved(self, phase: Phase, accepted: frozenset[MessageId] | None = None) -> Activation:
+        """This record in ``phase`` (and with ``accepted``, when given): the per-event path's
+        copy, one positional call where ``attrs.evolve`` walks the fields in Python (same
+        result)."""
         values = list(_FIELD_VALUES(self))
         values[_PHASE_AT] = phase
+        if accepted is not None:
+            values[_ACCEPTED_AT] = accepted
         return Activation(*values)
 
 
@@ -102,6 +105,7 @@ _FIELD_NAMES: Final = tuple(field.name for field in attrs.fields(Activation))
 _FIELD_VALUES: Final = operator.attrgetter(*_FIELD_NAMES)
 """Every field of a record, in ``__init__``'s positional order, in one C-level call."""
 _PHASE_AT: Final = _FIELD_NAMES.index("phase")
+_ACCEPTED_AT: Final = _FIELD_NAMES.index("accepted")
 
 
 @attrs.frozen
@@ -257,6 +261,8 @@ class Step:
         """Is ``agent`` closing: a member, or a resident whose lineage is closing?"""
         if self.draining or agent in self.closing_roots:
             return True
+        if not self.closing_roots:  # no closing root: no lineage is closing (TEAR-10)
+            return False
         record = self.live(None if agent is None else agent.session_id)
         return record is not None and record.agent == agent and self.lineage_closing(record.lineage)
 
@@ -269,8 +275,13 @@ _RESIDENT: Final = Phase.RESIDENT  # a module name: ``Phase.X`` pays EnumType's 
 
 
 def settle_if_quiet(step: Step, record: Activation) -> None:
-    """The settlement decision and the disposal cutoff, in one step (RES-5, RES-6)."""
-    if record.phase is _RESIDENT and residency(record.facts()) is Residency.SETTLED:
+    """The settlement decision and the disposal cutoff, in one step (RES-5, RES-6). An
+    accounted message keeps a child running (RES-2): no facts are derived for it then."""
+    if (
+        record.phase is _RESIDENT
+        and not record.accepted
+        and residency(record.facts()) is Residency.SETTLED
+    ):
         open_disposal(step, (record.child_id,), Trigger.SETTLED)
 
 
