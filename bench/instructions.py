@@ -21,9 +21,9 @@ Theory of operation
    fsync), and a cyclic collection falling inside one run but not the other moves a figure
    by about 1 %, which is this method's resolution. W3's store has timers that fire by the
    wall clock (the ``PRAGMA data_version`` mailbox probe every 50 ms, the lease heartbeat
-   every 10 s); valgrind runs about fifty times slower, so they would fall some 2 times per
-   resume where the machine sees one probe per 20 resumes: the W3 body opens the store
-   with both periods at an hour (where the tree has them), counting per-resume work only.
+   every 10 s); valgrind runs about fifty times slower, so a probe would fall 2.1 times per
+   resume where the machine sees 0.2: the W3 body opens the store with both periods at an
+   hour (where the tree has them), counting per-resume work only.
 4. The report is a Markdown table: Ir per unit for each revision and its ratio to the first.
 """
 
