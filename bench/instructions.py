@@ -1,4 +1,4 @@
-"""Compare trees by instructions, not time: W1, W2 and W4 under callgrind, per unit of work.
+"""Compare trees by instructions, not time: W1-W4 under callgrind, per unit of work.
 
 Theory of operation
 -------------------
@@ -11,12 +11,19 @@ Theory of operation
    bytecode is compiled first, so no measured run pays for compiling it.
 2. A figure is the difference of two runs divided by the units between them, so imports,
    the world's setup and the warm-up cancel: W1 = (200 delegations - 0) / 200; W2 = (a fan-out
-   of 400 held children - none) / 400; W4 = (a 1,000-node tree built and drained - built
-   only) / 1,000, the drain's cost per node.
+   of 400 held children - none) / 400; W3 = (13 cold resumes - 3) / 10, each a user-grant
+   follow-up to a child of a 30 x 5-epoch SQLite store awaited to its ``subagent/end``, the
+   store built once per tree by that tree's code outside valgrind (``Figure.setup``) and
+   copied afresh for each run; W4 = (a 1,000-node tree built and drained - built only) /
+   1,000, the drain's cost per node.
 3. Instruction counts do not depend on the machine's load, so trees can be compared on a
    shared machine where wall and CPU time cannot; they do not see time spent waiting (IO,
    fsync), and a cyclic collection falling inside one run but not the other moves a figure
-   by about 1 %, which is this method's resolution.
+   by about 1 %, which is this method's resolution. W3's store has timers that fire by the
+   wall clock (the ``PRAGMA data_version`` mailbox probe every 50 ms, the lease heartbeat
+   every 10 s); valgrind runs about fifty times slower, so a probe would fall 2.1 times per
+   resume where the machine sees 0.2: the W3 body opens the store with both periods at an
+   hour (where the tree has them), counting per-resume work only.
 4. The report is a Markdown table: Ir per unit for each revision and its ratio to the first.
 """
 
@@ -40,11 +47,13 @@ class Figure(NamedTuple):
     plus: tuple[str, int]  # (body, units) of the run with the work
     minus: tuple[str, int]  # (body, units) of the run without it
     per: int
+    setup: str | None = None  # body run once per tree, outside valgrind, before both runs
 
 
 FIGURES = {
     "W1": Figure("Ir per delegation", ("W1", 200), ("W1", 0), 200),
     "W2": Figure("Ir per held child", ("W2", 400), ("W2", 0), 400),
+    "W3": Figure("Ir per cold resume (30 x 5 store)", ("W3", 13), ("W3", 3), 10, "W3_build"),
     "W4": Figure("Ir per drained node (1k tree)", ("W4", 1000), ("W4_build", 1000), 1000),
 }
 
@@ -116,6 +125,9 @@ def instructions(tree: Path, body: str, units: int) -> int:
 
 
 def measure(tree: Path, figure: Figure) -> float:
+    if figure.setup is not None:
+        command = [sys.executable, "-S", CHILD.name, figure.setup, "0"]
+        subprocess.run(command, cwd=tree, env=_env(tree), check=True, capture_output=True)
     return (instructions(tree, *figure.plus) - instructions(tree, *figure.minus)) / figure.per
 
 

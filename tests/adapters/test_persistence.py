@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dsh_subagent.adapters.frozen_json import is_certified
 from dsh_subagent.adapters.protocols import CachedProjection, SessionRecord, SessionSnapshot
 from dsh_subagent.adapters.reference.persistence import InMemoryPersistence, encode_header
 from dsh_subagent.adapters.reference.sqlite_persistence import SqlitePersistence
@@ -224,6 +225,26 @@ def test_harness_22_events_round_trip(opener: Opener) -> None:
         assert record == SessionRecord(HEADER, tuple(events))
         with pytest.raises(TypeError):  # read back deep-frozen, ready to seed a live session
             record.events[2].data.append(1)  # type: ignore[union-attr]
+        await store.close()
+
+    run(body())
+
+
+def test_harness_22_a_repeated_payload_is_read_back_once_frozen(opener: Opener) -> None:
+    nested: JsonValue = {"message": {"content": [{"type": "text", "text": "x"}], "n": [[1], []]}}
+    events = [note(0, nested), note(1, nested), note(2, None), note(3, None)]
+
+    async def body() -> None:
+        store = await opener()
+        await store.create(HEADER, events)
+        first, again = await store.inspect(SID), await store.inspect(SID)
+        assert first == again == SessionRecord(HEADER, tuple(events))
+        data = [event.data for event in (*first.events, *again.events)]
+        assert data[0] is data[1] is data[4] is data[5]  # one frozen value per short text
+        assert is_certified(data[0])
+        with pytest.raises(TypeError):
+            data[0]["message"]["n"][0].append(2)  # type: ignore[call-overload,index,union-attr]
+        assert data[2] is None
         await store.close()
 
     run(body())

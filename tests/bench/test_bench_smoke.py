@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -304,3 +306,15 @@ def test_obs_1_otel_w1_runs_each_tracing_setup_in_its_own_interpreter() -> None:
     assert isinstance(result["api_hooks_pct_of_w1"], float)
     figures = compare.figures_of("ours", {"W1_otel": result})
     assert figures["OTEL_W1_api_overhead_pct"] == result["api_overhead_pct"]
+
+
+def test_instructions_w3_body_builds_its_store_and_resumes_from_a_copy(tmp_path: Path) -> None:
+    """``bench/instructions.py``'s W3 bodies, outside valgrind: the store built once, then
+    cold resumes of a fresh copy (each asserts the model saw the whole history)."""
+    root = Path(__file__).resolve().parents[2]
+    child = root / "bench" / "instructions_child.py"
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONHASHSEED": "0"}
+    for body, units in (("W3_build", "0"), ("W3", "2"), ("W3", "2")):
+        subprocess.run([sys.executable, str(child), body, units], cwd=tmp_path, env=env, check=True)
+    assert (tmp_path / "w3-store.sqlite").exists()
+    assert (tmp_path / "w3-run.sqlite").exists()

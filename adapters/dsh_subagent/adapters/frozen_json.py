@@ -179,6 +179,37 @@ def freeze_checked(value: object, field: str) -> JsonValue:
         return freeze_json(value)  # type: ignore[arg-type]  # check_json proved it JSON
 
 
+def freeze_decoded(value: JsonValue, depth: int = 0) -> JsonValue:
+    """Deep-freeze what ``json`` just decoded from text that re-encodes to itself.
+
+    Such a value is lossless JSON already (string keys, finite numbers, no lone surrogates:
+    the codec's round trip proved it) and its containers are fresh plain dicts and lists,
+    unshared, so they are certified without a check; past ``_FAST_DEPTH`` the general path
+    takes over."""
+    if isinstance(value, dict):
+        if not value:
+            return EMPTY
+        if depth > _FAST_DEPTH:
+            return freeze_json(value)
+        for key, sub in value.items():
+            if type(sub) is dict or type(sub) is list:
+                value[key] = freeze_decoded(sub, depth + 1)
+        return _CheckedDict(value)
+    if isinstance(value, list):
+        if not value:
+            return _EMPTY_LIST
+        if depth > _FAST_DEPTH:
+            return freeze_json(value)
+        members: list[JsonValue] = []
+        for sub in value:
+            if type(sub) is dict or type(sub) is list:
+                members.append(freeze_decoded(sub, depth + 1))
+            else:
+                members.append(sub)
+        return _CheckedList(members)
+    return value
+
+
 def freeze_content(content: Content) -> Content:
     """``content`` with every data block's (validated) value deep-frozen and detached."""
     return tuple(
@@ -203,6 +234,7 @@ __all__ = [
     "FrozenList",
     "freeze_checked",
     "freeze_content",
+    "freeze_decoded",
     "frozen_intent",
     "freeze_json",
     "is_certified",

@@ -213,10 +213,11 @@ def resolve_start_request(
         check_schema=lambda schema: check_output_schema(schema, limits=limits),
     )
     depth = delegation_depth_of(header, parent.options)
-    core = attrs.evolve(
-        core,
-        intent=frozen_intent(core.intent),
-        parent=attrs.evolve(core.parent, delegation_depth=depth),
+    core = SubagentStartRequest(  # admitted; now with its prompt frozen and the real depth
+        frozen_intent(core.intent),
+        ParentRef(parent.id, header.cwd, depth, parent.options),
+        core.label,
+        core.output_schema,
     )
     check_budget(request.budget, "request.budget")
     descriptor = one_shot_descriptor(name, core)

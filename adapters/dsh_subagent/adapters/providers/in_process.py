@@ -121,6 +121,45 @@ ChildSetup = Callable[[Agent, AbortSignal], Awaitable[None]]
 """A host contribution awaited in the child's unpublished creation window."""
 
 
+class _Cascade:
+    """The unreleased runs of each parent, disposed with it (rule 4): one ``agent/disposed``
+    listener per host, where a listener per child made every disposal call them all."""
+
+    __slots__ = ("_listening", "_runs")
+
+    def __init__(self) -> None:
+        # By the parent's identity (an agent need not be hashable), with the parent itself.
+        self._runs: dict[int, tuple[Agent, dict[InProcessRun, None]]] = {}
+        self._listening = False
+
+    def link(self, agents: AgentRegistry, parent: Agent, run: InProcessRun) -> None:
+        if not self._listening:
+            agents.disposed.subscribe(self._on_agent_disposed)
+            self._listening = True
+        entry = self._runs.get(id(parent))
+        if entry is None or entry[0] is not parent:
+            entry = self._runs[id(parent)] = (parent, {})
+        entry[1][run] = None
+
+    def unlink(self, parent: Agent, run: InProcessRun) -> None:
+        entry = self._runs.get(id(parent))
+        if entry is not None and entry[0] is parent:
+            entry[1].pop(run, None)
+            if not entry[1]:
+                del self._runs[id(parent)]
+
+    def _on_agent_disposed(self, agent: Agent) -> None:
+        entry = self._runs.get(id(agent))
+        if entry is None or entry[0] is not agent:
+            return
+        del self._runs[id(agent)]
+        for run in tuple(entry[1]):
+            try:
+                run.parent_disposed()
+            except Exception:  # contained per child, as a listener of its own was
+                _log.warning("agent/disposed listener failed", exc_info=True)
+
+
 @attrs.frozen
 class InProcessHost:
     """The services an in-process provider creates children with (all optional but agents)."""
@@ -130,6 +169,7 @@ class InProcessHost:
     approval: ApprovalPolicyService | None = None
     roster: PresetRoster | None = None
     setup: ChildSetup | None = attrs.field(default=None, eq=False)
+    cascade: _Cascade = attrs.field(factory=_Cascade, init=False, eq=False, repr=False)
 
 
 def child_agent_options(
@@ -224,7 +264,6 @@ class InProcessRun(DrivenRun):
         self._capture: StructuredCapture | None = None
         self._handle: AgentHandle | None = None
         self._child: Agent | None = None
-        self._unlink_parent: Callable[[], None] = lambda: None
 
     @property
     def id(self) -> str:
@@ -263,10 +302,10 @@ class InProcessRun(DrivenRun):
     async def _create(self, options: CreateOptions) -> None:
         self._handle = await self._host.agents.create(options)
         self._child = self._handle.agent
-        self._unlink_parent = self._host.agents.disposed.subscribe(self._on_agent_disposed)
+        self._host.cascade.link(self._host.agents, self._parent, self)
 
-    def _on_agent_disposed(self, agent: Agent) -> None:
-        if agent is self._parent and self._handle is not None:
+    def parent_disposed(self) -> None:
+        if self._handle is not None:
             self._handle.dispose()  # the parent owns its children: its disposal cascades
 
     def _configure(self, child: Agent) -> None:
@@ -349,7 +388,7 @@ class InProcessRun(DrivenRun):
                 error,
                 extra=fields(self._child_id, self._parent.id, None, self._request.run_id),
             )
-        self._unlink_parent()
+        self._host.cascade.unlink(self._parent, self)
         await handle.dispose()
 
 

@@ -68,7 +68,7 @@ import attrs
 
 from dsh_subagent.adapters.clock import epoch_ms
 from dsh_subagent.adapters.durability import spliced_ids
-from dsh_subagent.adapters.frozen_json import freeze_checked, is_certified
+from dsh_subagent.adapters.frozen_json import freeze_checked, freeze_decoded, is_certified
 from dsh_subagent.adapters.protocols import (
     CachedProjection,
     Lease,
@@ -181,12 +181,32 @@ def from_json_text(text: str, session_id: str, field: str) -> JsonValue:
     Text this codec wrote re-encodes to itself, which proves it lossless at C speed; any
     other text (duplicate keys, escapes, spacing, damage) takes the strict per-value path.
     """
+    fast = _round_trip(text)
+    return _strict(text, session_id, field) if fast is None else fast
+
+
+def _frozen_payload(text: str, session_id: str, field: str) -> JsonValue:
+    """``from_json_text``, deep-frozen: a round-tripped value is certified without the
+    checks its round trip already made (``freeze_decoded``)."""
+    fast = _round_trip(text)
+    if fast is None:
+        return freeze_checked(_strict(text, session_id, field), field)
+    return freeze_decoded(fast)
+
+
+def _round_trip(text: str) -> JsonValue:
+    """The value of text this codec wrote, else None (``null`` too: the strict path
+    decodes it)."""
     try:
         fast, end = _SCAN(text, 0)
         if end == len(text) and _dumps(fast) == text:
             return fast
     except (ValueError, RecursionError, StopIteration):
         pass  # reported with its reason by the strict path
+    return None
+
+
+def _strict(text: str, session_id: str, field: str) -> JsonValue:
     try:
         value: JsonValue = json.loads(
             text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys
@@ -365,17 +385,35 @@ class ListsHeaders:
         return [snapshot.header for snapshot in await self.list_snapshots()]
 
 
+_DECODED_TEXTS: Final = 1024
+"""Short payload texts whose frozen values ``decode_events`` keeps (then it starts over)."""
+_DECODED_LENGTH: Final = 160
+"""The longest text kept: a log's repeated payloads are short (``{}``, a turn's start and
+end, a step's, a splice that takes the inbox); messages and their ids rarely repeat."""
+_decoded: dict[str, JsonValue] = {}
+
+
 def decode_events(session_id: str, rows: Sequence[EventRow]) -> tuple[SessionEvent, ...]:
-    """Decode stored rows (ordered by seq), or raise ``CORRUPT_SESSION`` naming the seq."""
+    """Decode stored rows (ordered by seq), or raise ``CORRUPT_SESSION`` naming the seq.
+
+    Each payload is frozen here, once: a live session adopting these events then has
+    nothing to copy. A short text decoded before gives the frozen value it gave then
+    (deeply immutable, so shared safely; the same text decodes to an equal value), so the
+    payloads a log repeats are neither parsed nor frozen again."""
     events: builtins.list[SessionEvent] = []
+    decoded = _decoded
     for index, (seq, kind, moment, data) in enumerate(rows):
         if seq != index:
             raise corrupt(session_id, f"events[{index}]", f"seq {index} missing (found {seq})")
         if not math.isfinite(moment):
             raise corrupt(session_id, f"events[{seq}].time", f"{moment!r} is not finite")
-        field = f"events[{seq}].data"
-        # Frozen here, once: a live session adopting these events then has nothing to copy.
-        value = freeze_checked(from_json_text(data, session_id, field), field)
+        value = decoded.get(data)
+        if value is None:  # not kept (a ``null`` payload never is)
+            value = _frozen_payload(data, session_id, f"events[{seq}].data")
+            if len(data) <= _DECODED_LENGTH and value is not None:
+                if len(decoded) >= _DECODED_TEXTS:
+                    decoded.clear()
+                decoded[data] = value
         events.append(SessionEvent(kind, seq, moment, value))
     return tuple(events)
 
