@@ -24,7 +24,8 @@ Theory of operation
    ``bench.instructions`` does, on the working tree), and splits each total into the
    collector's share (``gc_collect_main``'s inclusive cost, which includes the traverse
    functions and whatever the collection frees) and the rest. A start's Ir at N is
-   build(N) - build(0). Slow: a 10k start takes about 25 minutes under callgrind on a
+   build(N) - build(0); with no child the two bodies run the same code, so ``W7_build 0``
+   is the base of both. Slow: a 10k start took 45 minutes under callgrind on a loaded
    shared machine; ``--callgrind-sizes`` picks the sizes, ``--scratch`` keeps the outputs
    (a run already there is read, not repeated). The drains are left to the probe: their
    callgrind runs would need the build again.
@@ -215,9 +216,9 @@ def callgrind_table(sizes: list[int], scratch: Path) -> str:
     compile_all = [sys.executable, "-m", "compileall", "-q", "core", "adapters", "bench"]
     subprocess.run(compile_all, cwd=ROOT, check=True)
     phases: dict[str, list[tuple[int, int, int]]] = {}
+    base = callgrind("W7_build", 0, scratch)  # with no child the two bodies are one run
     for body, name in (("W7_build", "W7 start"), ("W6_build", "W6 start")):
         print(f"{body} ...", file=sys.stderr, flush=True)
-        base = callgrind(body, 0, scratch)
         for n in sizes:
             run = callgrind(body, n, scratch)
             phases.setdefault(name, []).append(_split((run[0] - base[0], run[1] - base[1])))
