@@ -16,7 +16,11 @@ have had the same shape since ``a48deee``, so one body measures old and new tree
   W3's timed loop runs them (the classes are taken from the tree's own ``bench.workloads``,
   whose imports name them wherever that tree keeps them);
 * ``W4_build``: a live depth-4 tree of N held continuable children, built and left;
-* ``W4``: the same tree built, then drained child-first.
+* ``W4``: the same tree built, then drained child-first;
+* ``W7_build`` / ``W7``: N held continuable children under one parent, started (and left) /
+  started, then drained; ``W6_build`` / ``W6``: the same as a chain of depth N (W6's and W7's
+  shapes as ``bench.workloads.held_shape`` starts them, without its ``gc.collect()`` calls,
+  which would add full collections of their own). N = 0 starts the world and its parent only.
 
 It prints nothing and exits straight after the body (no loop or interpreter shutdown): the
 caller reads the instruction count from callgrind's output file.
@@ -34,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 from bench import workloads
 from bench.world import BenchModel, World, delegate_and_dispose
+from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+from dsh_subagent.core.values import SessionId
 
 if TYPE_CHECKING:  # the import path of the agent class differs between trees
     from dsh_subagent.adapters.reference.agent_loop import ReferenceAgent
@@ -132,7 +138,52 @@ async def w4(n: int) -> None:
     await world.service.drain_continuable()
 
 
-BODIES = {"W1": w1, "W2": w2, "W3_build": w3_build, "W3": w3, "W4_build": w4_build, "W4": w4}
+async def _held_shape(n: int, *, chain: bool) -> World:
+    model = BenchModel()
+    model.hold_until_aborted = True
+    model.hold_target = n
+    world = World(model, InMemoryPersistence(), keep_ends=False)
+    parent = await world.root("host")
+    for index in range(n):
+        child_id = SessionId(f"n{index}")
+        await world.start_child(parent, child_id, "hold")
+        if chain:
+            parent = world.live(child_id)
+    if n:
+        await model.all_held.wait()
+    return world
+
+
+async def w7_build(n: int) -> None:
+    await _held_shape(n, chain=False)
+
+
+async def w7(n: int) -> None:
+    world = await _held_shape(n, chain=False)
+    await world.service.drain_continuable()
+
+
+async def w6_build(n: int) -> None:
+    await _held_shape(n, chain=True)
+
+
+async def w6(n: int) -> None:
+    world = await _held_shape(n, chain=True)
+    await world.service.drain_continuable()
+
+
+BODIES = {
+    "W1": w1,
+    "W2": w2,
+    "W3_build": w3_build,
+    "W3": w3,
+    "W4_build": w4_build,
+    "W4": w4,
+    "W7_build": w7_build,
+    "W7": w7,
+    "W6_build": w6_build,
+    "W6": w6,
+}
 
 
 async def run_and_exit(body: str, units: int) -> None:

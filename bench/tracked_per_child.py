@@ -11,6 +11,8 @@ Theory of operation
    to ``--high`` and counts again. Tracked objects per child = (count at high - count at low)
    / (high - low), per type and in total, so the world's fixed heap cancels.
    ``--chain`` starts each child under the one before instead (W6's shape).
+   ``--after-drain`` also counts, after the drain and ``gc.collect()``, the tracked objects
+   the drained tree leaves behind (against the count before the first child), per child.
 3. It prints one JSON line: the total per child and the types above ``--floor`` per child,
    largest first. Run from the repository root: ``python -m bench.tracked_per_child``.
 4. ``--run wide|chain --size N`` instead runs one W7/W6 size as ``bench.workloads --shape``
@@ -39,12 +41,15 @@ def tracked_by_type() -> Counter[str]:
     return Counter(type(obj).__qualname__ for obj in gc.get_objects())
 
 
-async def per_child(low: int, high: int, floor: float, *, chain: bool) -> JsonDict:
+async def per_child(
+    low: int, high: int, floor: float, *, chain: bool, after_drain: bool = False
+) -> JsonDict:
     """Tracked objects per held child, by type (rule 2)."""
     model = BenchModel()
     model.hold_until_aborted = True
     world = World(model, InMemoryPersistence(), keep_ends=False)
     parent = await world.root("host")
+    before = tracked_by_type()
     counts: list[Counter[str]] = []
     started = 0
     for target in (low, high):
@@ -65,12 +70,21 @@ async def per_child(low: int, high: int, floor: float, *, chain: bool) -> JsonDi
         key=lambda item: -item[1],
     )
     await world.service.drain_continuable()
-    return {
+    result: JsonDict = {
         "shape": "chain" if chain else "wide",
         "children": [low, high],
         "tracked_per_child": round(sum(growth.values()), 2),
         "by_type": dict(shown),
     }
+    if after_drain:
+        left = tracked_by_type() - before
+        kept = sorted(
+            ((name, round(count / high, 2)) for name, count in left.items()),
+            key=lambda item: -item[1],
+        )
+        result["kept_per_child_after_drain"] = round(sum(left.values()) / high, 2)
+        result["kept_by_type"] = {name: value for name, value in kept if value >= floor}
+    return result
 
 
 def collected(shape: str, size: int) -> JsonDict:
@@ -90,13 +104,22 @@ def main() -> None:
     parser.add_argument("--high", type=int, default=900)
     parser.add_argument("--floor", type=float, default=0.5, help="smallest per-child figure shown")
     parser.add_argument("--chain", action="store_true", help="W6's shape: a chain")
+    parser.add_argument("--after-drain", action="store_true", help="what the drain leaves")
     parser.add_argument("--run", choices=("wide", "chain"), help="run one W7/W6 size instead")
     parser.add_argument("--size", type=int, default=1000, help="children of --run")
     args = parser.parse_args()
     if args.run:
         print(json.dumps(collected(args.run, args.size)))
         return
-    print(json.dumps(asyncio.run(per_child(args.low, args.high, args.floor, chain=args.chain))))
+    print(
+        json.dumps(
+            asyncio.run(
+                per_child(
+                    args.low, args.high, args.floor, chain=args.chain, after_drain=args.after_drain
+                )
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import pytest
 
 from dsh_subagent.adapters.continuation import AncestorAuthority, ContinuableStart, ReportDelivery
 from dsh_subagent.adapters.continuation_engine import LifecycleInfo
+from dsh_subagent.adapters.continuation_support import await_branches
 from dsh_subagent.adapters.protocols import InboxTarget
 from dsh_subagent.adapters.reference.scripted_model import Gate, Gated, reply
 from dsh_subagent.core import wire
@@ -251,5 +252,41 @@ def test_auth_7_a_deep_ancestor_may_interrupt_and_a_stale_root_drains_nothing() 
         working.open()
         await h.quiet()
         assert any(end.start.child_id == "g" for end in h.ends())
+
+    run(main)
+
+
+def test_tear_12_await_branches_awaits_all_then_aggregates_and_cancels_like_gather() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        failure = SubagentError(ErrorCode.ACTIVATION_TEARDOWN_FAILED, "one branch")
+        branches = [loop.create_future() for _ in range(3)]
+        waiting = asyncio.ensure_future(await_branches(branches, "whole manager"))
+        branches[2].set_result(failure)
+        branches[0].set_result(None)
+        await asyncio.sleep(0)
+        assert not waiting.done()  # every branch is awaited, a failed one included
+        branches[1].set_result(None)
+        with pytest.raises(SubagentError) as raised:
+            await waiting
+        assert raised.value.code is ErrorCode.ACTIVATION_TEARDOWN_FAILED
+        # A cancelled awaiter cancels every branch (as asyncio.gather does).
+        branches = [loop.create_future() for _ in range(3)]
+        waiting = asyncio.ensure_future(await_branches(branches, "scoped"))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert all(branch.cancelled() for branch in branches)
+        # A cancelled branch raises at once and leaves the others.
+        branches = [loop.create_future() for _ in range(3)]
+        waiting = asyncio.ensure_future(await_branches(branches, "selected"))
+        await asyncio.sleep(0)
+        branches[0].cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert not branches[1].done()
+        assert not branches[2].done()
+        await await_branches([], "selected")  # nothing to await
 
     run(main)

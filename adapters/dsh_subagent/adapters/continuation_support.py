@@ -9,7 +9,12 @@ Theory of operation
    a drain waits for the ones its scope covers, publication or rollback (CONT-10, TEAR-8,
    TEAR-13).
 3. ``await_branches`` awaits every branch's release even when some fail, then raises one
-   aggregate ``ACTIVATION_TEARDOWN_FAILED`` naming the count and the subject (TEAR-12).
+   aggregate ``ACTIVATION_TEARDOWN_FAILED`` naming the count and the subject (TEAR-12). It
+   awaits the branches one after another, as ``asyncio.gather`` would collect them: a
+   cancelled branch raises ``CancelledError`` at once (the others are left), and a cancelled
+   awaiter cancels every branch. Only the awaiting task's own wake-up waits on a pending
+   branch: a drain of N children adds no callback and context copy per child (``gather``
+   adds both to each, and they live until that child's release).
 4. ``check_aborted`` is the one check of a caller's signal: aborted on entry (the call names
    the field) is ``CANCELLED``, like a one-shot start, before anything happens; aborted later,
    before acceptance, raises the signal's own reason (CONT-20 deviates from the one-shot
@@ -124,10 +129,19 @@ async def await_branches(
     targets: Sequence[asyncio.Future[SubagentError | None]], subject: str
 ) -> None:
     """Await every branch, then raise one aggregate if any failed (TEAR-12)."""
-    if not targets:
-        return
-    outcomes = await asyncio.gather(*targets)
-    error = aggregate_branches(subject, [failure for failure in outcomes if failure is not None])
+    failures: list[SubagentError] = []
+    for target in targets:
+        try:
+            failure = await target
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # the awaiter's, not the branch's
+                for other in targets:
+                    other.cancel()
+            raise
+        if failure is not None:
+            failures.append(failure)
+    error = aggregate_branches(subject, failures)
     if error is not None:
         raise error
 

@@ -305,7 +305,9 @@ class _Wake:
 
 class _CancelWhileWaiting:
     """``abortable``'s abort listener: cancels the task from the loop, one callback later,
-    while it still awaits the operation (one slotted object, no closures or cells)."""
+    while it still awaits the operation (one slotted object, no closures or cells). Called
+    with the abort's reason it is the listener; called with nothing, the loop's callback
+    (itself, so an abort schedules no bound method: a drain aborts every held child at once)."""
 
     __slots__ = ("_task", "cancelled", "waiting")
 
@@ -314,11 +316,10 @@ class _CancelWhileWaiting:
         self.waiting = True
         self.cancelled = False
 
-    def __call__(self, _reason: object) -> None:
-        asyncio.get_running_loop().call_soon(self._cancel, context=_BARE)
-
-    def _cancel(self) -> None:
-        if self.waiting:
+    def __call__(self, *reason: object) -> None:
+        if reason:
+            asyncio.get_running_loop().call_soon(self, context=_BARE)
+        elif self.waiting:
             self.cancelled = True
             self._task.cancel()
 

@@ -526,7 +526,7 @@ class PersistenceBinding:
         if log.unobserve is None:
             log.unobserve = session.observe(_Grew(self, session, log))
 
-    def _grew(self, session: LiveSession, log: _Log) -> None:
+    def _grew(self, session: LiveSession, log: _Log, grew: _Grew) -> None:
         if log.timer is not None or log.queued is not None or log.stored is None:
             return  # a write is due or queued already; or the stored length is not known
         try:
@@ -535,10 +535,12 @@ class PersistenceBinding:
             return
         interval = self._interval
         assert interval is not None
+        # The observer itself is the timer's callback: no bound method or argument tuple
+        # per due write (a wide drain has one due per child at once).
         if interval == 0:
-            log.timer = loop.call_soon(self._due, session, log)
+            log.timer = loop.call_soon(grew)
         else:
-            log.timer = loop.call_later(interval, self._due, session, log)
+            log.timer = loop.call_later(interval, grew)
 
     def _due(self, session: LiveSession, log: _Log) -> None:
         log.timer = None
@@ -551,8 +553,9 @@ class PersistenceBinding:
 
 
 class _Grew:
-    """The observer of one announced session: ``_grew`` on each append (one slotted object
-    per session, no closure and cells)."""
+    """The observer of one announced session: ``_grew`` on each append; called without an
+    event, the due write's timer callback, ``_due`` (one slotted object per session serves
+    both, no closure and cells)."""
 
     __slots__ = ("_binding", "_log", "_session")
 
@@ -561,8 +564,11 @@ class _Grew:
         self._session = session
         self._log = log
 
-    def __call__(self, _event: SessionEvent) -> None:
-        self._binding._grew(self._session, self._log)
+    def __call__(self, event: SessionEvent | None = None) -> None:
+        if event is None:
+            self._binding._due(self._session, self._log)
+        else:
+            self._binding._grew(self._session, self._log, self)
 
 
 @attrs.define(eq=False)
