@@ -10,9 +10,11 @@ Theory of operation
    working tree (checked by importing the service before measuring). The snapshot's
    bytecode is compiled first, so no measured run pays for compiling it.
 2. A figure is the difference of two runs divided by the units between them, so imports,
-   the world's setup and the warm-up cancel: W1 = (200 delegations - 0) / 200; W2 = (a fan-out
-   of 400 held children - none) / 400; W4 = (a 1,000-node tree built and drained - built
-   only) / 1,000, the drain's cost per node.
+   the world's setup and the warm-up cancel: W1 = (200 delegations - 0) / 200 (W1b: the
+   same under a budgeted parent; with both, a last row gives W1b / W1, the budget's
+   overhead, each revision against itself); W2 = (a fan-out of 400 held children - none) /
+   400; W4 = (a 1,000-node tree built and drained - built only) / 1,000, the drain's cost
+   per node.
 3. Instruction counts do not depend on the machine's load, so trees can be compared on a
    shared machine where wall and CPU time cannot; they do not see time spent waiting (IO,
    fsync), and a cyclic collection falling inside one run but not the other moves a figure
@@ -44,9 +46,13 @@ class Figure(NamedTuple):
 
 FIGURES = {
     "W1": Figure("Ir per delegation", ("W1", 200), ("W1", 0), 200),
+    "W1b": Figure("Ir per budgeted delegation", ("W1_budget", 200), ("W1_budget", 0), 200),
     "W2": Figure("Ir per held child", ("W2", 400), ("W2", 0), 400),
     "W4": Figure("Ir per drained node (1k tree)", ("W4", 1000), ("W4_build", 1000), 1000),
 }
+RATIOS = {"W1b": "W1"}
+"""A figure over another, printed as a row of its own when both are measured (the budget's
+overhead: budgeted W1 over plain W1, each revision against itself)."""
 
 
 def snapshot(rev: str, into: Path) -> Path:
@@ -140,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         row = results[name]
         cells = [f"{row[rev]:,.0f} ({row[rev] / row[first]:.3f})" for rev in args.rev]
         print(f"| {name} {FIGURES[name].unit} | " + " | ".join(cells) + " |")
+    for over, under in RATIOS.items():
+        if over in results and under in results:
+            cells = [f"{results[over][rev] / results[under][rev]:.4f}" for rev in args.rev]
+            print(f"| {over} / {under} | " + " | ".join(cells) + " |")
     return 0
 
 

@@ -1,11 +1,15 @@
 """One measured body for ``bench/instructions.py``, run under callgrind inside a tree's snapshot.
 
-``python -S instructions_child.py W1|W2|W4|W4_build N`` from the snapshot's root runs, after a
-fixed warm-up, N units of one workload through that tree's own ``bench.world`` and
-``bench.workloads`` (whose ``World``, ``delegate_and_dispose``, ``_fan_out`` and ``held_tree``
-have had the same shape since ``a48deee``, so one body measures old and new trees alike):
+``python -S instructions_child.py W1|W1_budget|W2|W4|W4_build N`` from the snapshot's root
+runs, after a fixed warm-up, N units of one workload through that tree's own
+``bench.world`` and ``bench.workloads`` (whose ``World``, ``delegate_and_dispose``,
+``_fan_out`` and ``held_tree`` have had the same shape since ``a48deee``, so one body
+measures old and new trees alike; ``W1_budget`` needs ``W1_BUDGET``, issue 25's):
 
 * ``W1``: N sequential one-shot delegations, each started, collected and disposed;
+* ``W1_budget``: the same under a parent with ``bench.workloads.W1_BUDGET`` set, as
+  ``W1_oneshot_budget`` runs it (every child joins the parent's node, its request reserved
+  and settled, the child leaves);
 * ``W2``: one fan-out of N one-shot children held at a barrier until all are in flight;
 * ``W4_build``: a live depth-4 tree of N held continuable children, built and left;
 * ``W4``: the same tree built, then drained child-first.
@@ -30,10 +34,12 @@ if TYPE_CHECKING:  # the import path of the agent class differs between trees
 WARMUP = 50
 
 
-async def _warm_world() -> tuple[World, BenchModel, ReferenceAgent]:
+async def _warm_world(*, budgeted: bool = False) -> tuple[World, BenchModel, ReferenceAgent]:
     model = BenchModel()
     world = World(model)
     parent = await world.root("parent")
+    if budgeted:
+        world.service.set_budget(parent, workloads.W1_BUDGET)
     for _ in range(WARMUP):
         await delegate_and_dispose(world, parent)
     return world, model, parent
@@ -41,6 +47,12 @@ async def _warm_world() -> tuple[World, BenchModel, ReferenceAgent]:
 
 async def w1(n: int) -> None:
     world, _, parent = await _warm_world()
+    for _ in range(n):
+        await delegate_and_dispose(world, parent)
+
+
+async def w1_budget(n: int) -> None:
+    world, _, parent = await _warm_world(budgeted=True)
     for _ in range(n):
         await delegate_and_dispose(world, parent)
 
@@ -61,7 +73,7 @@ async def w4(n: int) -> None:
     await world.service.drain_continuable()
 
 
-BODIES = {"W1": w1, "W2": w2, "W4_build": w4_build, "W4": w4}
+BODIES = {"W1": w1, "W1_budget": w1_budget, "W2": w2, "W4_build": w4_build, "W4": w4}
 
 
 async def run_and_exit(body: str, units: int) -> None:
