@@ -67,10 +67,10 @@ def test_budget_8_reservations_get_distinct_ids_and_each_settles_once() -> None:
         result = b.reserve(ledger, "root", ONE_REQUEST, ONE_REQUEST, 0)
         assert not isinstance(result, Exhausted)
         ledger, grant = result
-        grants.append(grant.id)
-    assert len(set(grants)) == 3
-    for grant_id in grants:
-        ledger = b.settle(ledger, grant_id, None)
+        grants.append(grant)
+    assert len({grant.id for grant in grants}) == 3
+    for grant in grants:
+        ledger = b.settle(ledger, grant, None)
     assert ledger.reservations == {}
     assert ledger.nodes["root"].own[0] == b.Account(limit=3, consumed=3)
 
@@ -154,10 +154,12 @@ def test_budget_15_a_damaged_charge_is_a_corrupt_session_naming_the_record() -> 
 # The whole-core run at 7d8972a (docs/mutation.md): the tree's carve and counters.
 
 
-def _reserve(ledger: Ledger, node: str, want: Amounts = ONE_REQUEST) -> tuple[Ledger, int]:
+def _reserve(
+    ledger: Ledger, node: str, want: Amounts = ONE_REQUEST
+) -> tuple[Ledger, b.Reservation]:
     result = b.reserve(ledger, node, want, want, 0)
     assert not isinstance(result, Exhausted)
-    return result[0], result[1].id
+    return result
 
 
 def test_budget_8_reservation_ids_stay_distinct_across_every_ledger_operation() -> None:
@@ -177,9 +179,9 @@ def test_budget_8_reservation_ids_stay_distinct_across_every_ledger_operation() 
     for step in steps:
         ledger, grant = _reserve(step(ledger), "root")
         ids.append(grant)
-    assert len(set(ids)) == len(ids)
+    assert len({grant.id for grant in ids}) == len(ids)
     assert len(ledger.reservations) == len(ids) - 1  # one settled: none overwritten
-    assert ledger.reservations[first].id == first
+    assert ledger.reservations[first.id] == first
 
 
 def test_budget_3_a_payers_carve_survives_its_own_reservations_and_settlements() -> None:
@@ -235,7 +237,7 @@ def test_budget_10_a_join_keeps_the_nodes_parent_deadline_and_reservations() -> 
         ("kid", None, None),
         100,
         open_children=0,
-        outstanding=1,
+        outstanding=frozenset({grant}),
     )
     assert _refusal(b.close, ledger, "kid")[0] is ErrorCode.ILLEGAL_TRANSITION
     assert b.reserve(ledger, "kid", ONE_REQUEST, ONE_REQUEST, 100) == Exhausted(

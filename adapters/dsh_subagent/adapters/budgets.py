@@ -277,15 +277,16 @@ class BudgetBook:
                 field=f"budget.{name}",
             )
         self.ledger, reservation = granted
-        capped = self.ledger.nodes[node].payers[2] is not None
-        cap = reservation.granted.output_tokens if capped else max_tokens
-        return StepGrant(reservation.id, cap)
+        cap: int | None = reservation.granted.output_tokens  # max_tokens when uncapped
+        if max_tokens is None and self.ledger.nodes[node].payers[2] is None:
+            cap = None
+        return StepGrant(reservation, cap)
 
     def settle(
         self, agent: SessionId, grant: StepGrant, usage: Usage | None, *, ok: bool
     ) -> JsonObject | None:
         if not ok:
-            used = self.ledger.reservations[grant.ticket].granted  # the whole grant
+            used = grant.ticket.granted  # the whole grant
         elif usage is None:
             used = _ONE_REQUEST
         else:

@@ -23,11 +23,14 @@ Theory of operation
    passed deadline counts as wall time). The adapter calls this inside the no-await span
    that admits the model request, so concurrent siblings see each other's reservations
    and can never together overshoot.
-5. **Settlement.** ``settle`` releases a reservation and charges the usage the model
-   reported. Usage beyond a grant is charged too (never hidden); the invariant below then
-   holds for every dimension whose grants bound the usage (model requests always; output
-   tokens when ``max_tokens`` is capped at the grant). An aborted request whose usage is
-   unknown settles with its whole grant.
+5. **Settlement.** ``settle`` takes back the ``Reservation`` value ``reserve`` returned,
+   releases it and charges the usage the model reported. A node keeps its unsettled
+   reservations (``outstanding``, a frozenset: no ledger-wide map, no id lookup), so a
+   reservation settles exactly once: settled again, forged, or never made there, it is
+   ``ILLEGAL_TRANSITION``. Usage beyond a grant is charged too (never hidden); the
+   invariant below then holds for every dimension whose grants bound the usage (model
+   requests always; output tokens when ``max_tokens`` is capped at the grant). An aborted
+   request whose usage is unknown settles with its whole grant.
 6. **Closing** a node (a settled one-shot child, a released Activation) requires its
    reservations settled and its children closed (child-first teardown). Its own accounts'
    consumption is charged to its payers and their carve is returned, so the unused part
@@ -35,7 +38,8 @@ Theory of operation
 7. **Invariant** (INV-BUDGET-1, checked by ``spec.budget_machine``): for every account,
    ``consumed + reserved + carved <= limit`` whenever usage stays within grants, hence the
    reserved and consumed amounts of a whole subtree never exceed its root's limit.
-8. Pure: the adapter passes ``now_ms``; reservation ids come from a counter in the ledger.
+8. Pure: the adapter passes ``now_ms``; reservation ids come from a counter in the ledger
+   (distinct, so two equal grants of one node are two reservations).
 9. **Restoring and raising.** ``charge`` books usage folded from a log on a reopened node
    (a cold resume) without a reservation. ``raise_caps`` lets the host raise the caps a
    node owns (the extra is carved from its payer like a child's cap, all or nothing) and
@@ -175,24 +179,29 @@ def child_deadline(now_ms: int, asked_ms: int | None, parent_deadline: int | Non
     return own if parent_deadline is None else min(own, parent_deadline)
 
 
+class Reservation(NamedTuple):
+    """A granted reservation, settled exactly once: the caller hands this value back to
+    ``settle``, which finds it among its node's ``outstanding`` (no map entry of its own)."""
+
+    id: int
+    node: str
+    granted: Amounts
+
+
+_NONE_OUTSTANDING: Final[frozenset[Reservation]] = frozenset()
+
+
 class Node(NamedTuple):
-    """One open agent: its own accounts, its payers, deadline and what is still open (a
-    named tuple, like ``Account``)."""
+    """One open agent: its own accounts, its payers, deadline and what is still open: its
+    open (and joined) children and its unsettled reservations (a named tuple, like
+    ``Account``)."""
 
     parent: str | None
     own: tuple[Account | None, Account | None, Account | None]
     payers: tuple[str | None, str | None, str | None]
     deadline_ms: int | None
     open_children: int = 0
-    outstanding: int = 0
-
-
-class Reservation(NamedTuple):
-    """A granted reservation, settled exactly once."""
-
-    id: int
-    node: str
-    granted: Amounts
+    outstanding: frozenset[Reservation] = _NONE_OUTSTANDING
 
 
 @attrs.frozen
@@ -203,12 +212,16 @@ class Exhausted:
 
 
 class Ledger(NamedTuple):
-    """Every open node and every unsettled reservation (a named tuple; its empty maps are
-    shared, as a ``PMap`` never changes)."""
+    """Every open node, each with its unsettled reservations (a named tuple; its empty map
+    is shared, as a ``PMap`` never changes)."""
 
     nodes: PMap[str, Node] = PMap()
-    reservations: PMap[int, Reservation] = PMap()
     next_reservation: int = 0
+
+    @property
+    def reservations(self) -> dict[int, Reservation]:
+        """Every unsettled reservation by id, gathered from the nodes (for reading)."""
+        return {held.id: held for node in self.nodes.values() for held in node.outstanding}
 
 
 def _exhausted(dimension: Dimension, node: str) -> SubagentError:
@@ -227,8 +240,7 @@ def _node(ledger: Ledger, node: str) -> Node:
 
 
 _Edit: TypeAlias = "tuple[Node, list[Account | None], list[int]]"
-"""A node being changed: the node, its new own accounts, its open-children and outstanding
-deltas."""
+"""A node being changed: the node, its new own accounts, its open-children delta (one item)."""
 
 
 def _edit(nodes: PMap[str, Node], edits: dict[str, _Edit], name: str) -> _Edit:
@@ -236,7 +248,7 @@ def _edit(nodes: PMap[str, Node], edits: dict[str, _Edit], name: str) -> _Edit:
     edit = edits.get(name)
     if edit is None:
         found = nodes[name]
-        edit = edits[name] = (found, list(found.own), [0, 0])
+        edit = edits[name] = (found, list(found.own), [0])
     return edit
 
 
@@ -250,7 +262,7 @@ def _own(nodes: PMap[str, Node], edits: dict[str, _Edit], payer: str, index: int
 def _written(nodes: PMap[str, Node], edits: dict[str, _Edit]) -> PMap[str, Node]:
     """``nodes`` with every pending change written: one node built and set per node touched
     (never an ``attrs.evolve`` per account)."""
-    for name, (old, own, (children, outstanding)) in edits.items():
+    for name, (old, own, (children,)) in edits.items():
         nodes = nodes.set(
             name,
             Node(
@@ -259,7 +271,7 @@ def _written(nodes: PMap[str, Node], edits: dict[str, _Edit]) -> PMap[str, Node]
                 old.payers,
                 old.deadline_ms,
                 old.open_children + children,
-                old.outstanding + outstanding,
+                old.outstanding,
             ),
         )
     return nodes
@@ -286,7 +298,7 @@ def _open(ledger: Ledger, node: str, parent: str | None, asked: Budget, now_ms: 
         up = _node(ledger, parent)
         if up.deadline_ms is not None and now_ms >= up.deadline_ms:
             raise _exhausted(Dimension.WALL_TIME, parent)
-        edits[parent] = (up, list(up.own), [1, 0])  # one more open child
+        edits[parent] = (up, list(up.own), [1])  # one more open child
     nodes = ledger.nodes
     own: list[Account | None] = [None, None, None]
     payers: list[str | None] = [None, None, None] if up is None else list(up.payers)
@@ -313,21 +325,23 @@ def _open(ledger: Ledger, node: str, parent: str | None, asked: Budget, now_ms: 
         payers=(payers[0], payers[1], payers[2]),
         deadline_ms=deadline,
     )
-    return Ledger(
-        _written(nodes, edits).set(node, opened), ledger.reservations, ledger.next_reservation
-    )
+    return Ledger(_written(nodes, edits).set(node, opened), ledger.next_reservation)
 
 
 def reserve(
     ledger: Ledger, node: str, want: Amounts, at_least: Amounts, now_ms: int
 ) -> tuple[Ledger, Reservation] | Exhausted:
-    """Reserve one model request's share for ``node``, all dimensions or none (4)."""
+    """Reserve one model request's share for ``node``, all dimensions or none (4).
+
+    ``now_ms`` is read only against ``node``'s deadline: for a node without one
+    (``deadline_ms`` None) any value will do."""
     opened = _node(ledger, node)
     if opened.deadline_ms is not None and now_ms >= opened.deadline_ms:
         return Exhausted(Dimension.WALL_TIME)
     granted = [0, 0, 0]
     nodes = ledger.nodes
-    edits: dict[str, _Edit] = {node: (opened, list(opened.own), [0, 1])}
+    mine = list(opened.own)  # the accounts ``node`` pays from itself
+    edits: dict[str, _Edit] = {}  # its payers above, if any
     for index, payer in enumerate(opened.payers):
         wanted, least = want[index], at_least[index]
         if not 0 <= least <= wanted:
@@ -338,41 +352,48 @@ def reserve(
         if payer is None:  # uncapped here: nothing to book
             granted[index] = wanted
             continue
-        own = (edits.get(payer) or _edit(nodes, edits, payer))[1]
+        own = mine if payer == node else (edits.get(payer) or _edit(nodes, edits, payer))[1]
         account = own[index]
         assert account is not None, "a payer owns its account"
-        amount = grant_from(account.remaining, wanted, least)
+        limit, consumed, reserved, carved = account
+        amount = grant_from(limit - consumed - reserved - carved, wanted, least)
         if amount is None:
             return Exhausted(COUNTED[index])
         granted[index] = amount
-        own[index] = Account(
-            account.limit, account.consumed, account.reserved + amount, account.carved
-        )
-    reservation = Reservation(ledger.next_reservation, node, Amounts(*granted))
-    return (
-        Ledger(
-            _written(nodes, edits),
-            ledger.reservations.set(reservation.id, reservation),
-            ledger.next_reservation + 1,
-        ),
-        reservation,
+        own[index] = Account(limit, consumed, reserved + amount, carved)
+    reservation = Reservation(
+        ledger.next_reservation, node, Amounts(granted[0], granted[1], granted[2])
     )
+    if edits:
+        nodes = _written(nodes, edits)
+    changed = Node(
+        opened.parent,
+        (mine[0], mine[1], mine[2]),
+        opened.payers,
+        opened.deadline_ms,
+        opened.open_children,
+        opened.outstanding | {reservation},
+    )
+    return Ledger(nodes.set(node, changed), ledger.next_reservation + 1), reservation
 
 
-def settle(ledger: Ledger, reservation: int, used: Amounts | None) -> Ledger:
-    """Release ``reservation`` and charge ``used`` (None: the whole grant, 5)."""
-    held = ledger.reservations.get(reservation)
-    if held is None:
+def settle(ledger: Ledger, reservation: Reservation, used: Amounts | None) -> Ledger:
+    """Release ``reservation`` (the value ``reserve`` returned) and charge ``used`` (None:
+    the whole grant, 5); a reservation not outstanding (settled already, or never made
+    here) is ``ILLEGAL_TRANSITION``."""
+    name = reservation.node
+    opened = ledger.nodes.get(name)
+    if opened is None or reservation not in opened.outstanding:
         raise SubagentError(
             ErrorCode.ILLEGAL_TRANSITION,
-            f"reservation {reservation} is not outstanding",
+            f"reservation {reservation.id} is not outstanding",
             field="reservation",
         )
-    grants = held.granted
+    grants = reservation.granted
     spent = grants if used is None else used
     nodes = ledger.nodes
-    opened = nodes[held.node]
-    edits: dict[str, _Edit] = {held.node: (opened, list(opened.own), [0, -1])}
+    mine = list(opened.own)
+    edits: dict[str, _Edit] = {}
     for index, payer in enumerate(opened.payers):
         if spent[index] < 0:
             raise invalid(
@@ -380,7 +401,7 @@ def settle(ledger: Ledger, reservation: int, used: Amounts | None) -> Ledger:
             )
         if payer is None:
             continue
-        own = (edits.get(payer) or _edit(nodes, edits, payer))[1]
+        own = mine if payer == name else (edits.get(payer) or _edit(nodes, edits, payer))[1]
         account = own[index]
         assert account is not None, "a payer owns its account"
         own[index] = Account(
@@ -389,9 +410,17 @@ def settle(ledger: Ledger, reservation: int, used: Amounts | None) -> Ledger:
             account.reserved - grants[index],
             account.carved,
         )
-    return Ledger(
-        _written(nodes, edits), ledger.reservations.remove(reservation), ledger.next_reservation
+    if edits:
+        nodes = _written(nodes, edits)
+    changed = Node(
+        opened.parent,
+        (mine[0], mine[1], mine[2]),
+        opened.payers,
+        opened.deadline_ms,
+        opened.open_children,
+        opened.outstanding - {reservation},
     )
+    return Ledger(nodes.set(name, changed), ledger.next_reservation)
 
 
 def close(ledger: Ledger, node: str) -> Ledger:
@@ -400,13 +429,13 @@ def close(ledger: Ledger, node: str) -> Ledger:
     if opened.outstanding or opened.open_children:
         raise SubagentError(
             ErrorCode.ILLEGAL_TRANSITION,
-            f"budget node {node!r} still has {opened.outstanding} reservations and "
+            f"budget node {node!r} still has {len(opened.outstanding)} reservations and "
             f"{opened.open_children} open children",
             field="node",
         )
     nodes = ledger.nodes.remove(node)
     if opened.parent is None:
-        return Ledger(nodes, ledger.reservations, ledger.next_reservation)
+        return Ledger(nodes, ledger.next_reservation)
     edits: dict[str, _Edit] = {}
     parent = _edit(nodes, edits, opened.parent)
     parent[2][0] -= 1
@@ -421,7 +450,7 @@ def close(ledger: Ledger, node: str) -> Ledger:
             above.reserved,
             above.carved - account.limit,
         )
-    return Ledger(_written(nodes, edits), ledger.reservations, ledger.next_reservation)
+    return Ledger(_written(nodes, edits), ledger.next_reservation)
 
 
 def join(ledger: Ledger, node: str, now_ms: int) -> Ledger:
@@ -452,7 +481,7 @@ def _with_children(ledger: Ledger, name: str, node: Node, delta: int) -> Ledger:
         node.open_children + delta,
         node.outstanding,
     )
-    return Ledger(ledger.nodes.set(name, changed), ledger.reservations, ledger.next_reservation)
+    return Ledger(ledger.nodes.set(name, changed), ledger.next_reservation)
 
 
 def charge(ledger: Ledger, node: str, used: Amounts) -> Ledger:
@@ -470,7 +499,7 @@ def charge(ledger: Ledger, node: str, used: Amounts) -> Ledger:
         edits[payer][1][index] = Account(
             account.limit, account.consumed + spent, account.reserved, account.carved
         )
-    return Ledger(_written(nodes, edits), ledger.reservations, ledger.next_reservation)
+    return Ledger(_written(nodes, edits), ledger.next_reservation)
 
 
 MINIMAL_REQUEST: Final = Amounts(1, 1, 1)
