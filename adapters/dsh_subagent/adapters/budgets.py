@@ -73,6 +73,10 @@ _NAMES: Final = tuple(dimension.value for dimension in core.DIMENSIONS)
 """The ``Budget`` field names, in order."""
 _ONE_REQUEST: Final = Amounts(1)
 """The charge of a request whose model reported no usage."""
+_make: Final = tuple.__new__
+"""Builds a named tuple without its class's Python ``__new__`` (``core.budget`` rule 11)."""
+_DEFAULT_WANT: Final = Amounts(1, 1, DEFAULT_OUTPUT_RESERVATION)
+"""What a request of an agent that sets no ``max_tokens`` wants (rule 4)."""
 
 
 def check_budget(value: object, field: str) -> Budget | None:
@@ -101,6 +105,9 @@ class BudgetBook:
         self._live: dict[SessionId, Agent] = {}  # each metered agent while it is live
         self._caps: dict[str, Budget] = {}  # the caps each node records (wall time included)
         self._recorded: dict[str, Budget] = {}  # the caps last written to its log
+        # The nodes with a deadline: the core reads ``now_ms`` only against one, so the
+        # clock is read only for these (a node gets a deadline when it opens, or never).
+        self._timed: set[str] = set()
 
     def _now(self) -> int:
         """The clock in whole ms (``carve`` and ``admit``, a delegation's path, read it inline)."""
@@ -115,6 +122,7 @@ class BudgetBook:
         if node is None:
             node = agent.id
             self.ledger = core.open_root(self.ledger, node, budget, self._now())
+            self._opened(node)
             self._caps[node] = budget
             record = fold_budget(agent.session.events)
             self.ledger = core.charge(self.ledger, node, record.consumed)
@@ -190,18 +198,23 @@ class BudgetBook:
         """Open ``node`` before its child exists; None when neither it nor its parent is
         budgeted."""
         above = None if parent is None else self._node_of.get(parent)
-        if above is None and asked is None:
-            return None
-        now = int(self._clock())
         if above is None:
-            self.ledger = core.open_root(self.ledger, node, asked or _SHARED, now)
+            if asked is None:
+                return None
+            self.ledger = core.open_root(self.ledger, node, asked, int(self._clock()))
         elif asked is None or asked == _SHARED:  # its node would be its parent's (rule 3)
+            now = int(self._clock()) if above in self._timed else 0
             self.ledger = core.join(self.ledger, above, now)
             return ChildBudget(self, above, shared=True)
         else:
-            self.ledger = core.open_child(self.ledger, above, node, asked, now)
+            self.ledger = core.open_child(self.ledger, above, node, asked, int(self._clock()))
+        self._opened(node)
         self._caps[node] = _caps_of(self.ledger, node, asked or _SHARED)
         return ChildBudget(self, node)
+
+    def _opened(self, node: str) -> None:
+        if self.ledger.nodes[node].deadline_ms is not None:
+            self._timed.add(node)
 
     def restore(self, agent: Agent, parent: SessionId | None) -> None:
         """Meter a resumed child: its open node, or one reopened from its log (rule 3)."""
@@ -253,6 +266,7 @@ class BudgetBook:
         self._recorded.pop(node, None)
         try:
             self.ledger = core.close(self.ledger, node)
+            self._timed.discard(node)
         except SubagentError as error:  # open descendants keep its carve until they close
             _log.debug("budget node %s stays open: %s", node, error)
 
@@ -266,9 +280,9 @@ class BudgetBook:
 
     def admit(self, agent: SessionId, max_tokens: int | None) -> StepGrant:
         node = self._node_of[agent]
-        output = max_tokens or DEFAULT_OUTPUT_RESERVATION
-        want = Amounts(1, 1, output)
-        granted = core.reserve(self.ledger, node, want, core.MINIMAL_REQUEST, int(self._clock()))
+        want = _DEFAULT_WANT if not max_tokens else Amounts(1, 1, max_tokens)
+        now = int(self._clock()) if node in self._timed else 0
+        granted = core.reserve(self.ledger, node, want, core.MINIMAL_REQUEST, now)
         if isinstance(granted, Exhausted):
             name = granted.dimension.value
             raise SubagentError(
@@ -280,7 +294,7 @@ class BudgetBook:
         cap: int | None = reservation.granted.output_tokens  # max_tokens when uncapped
         if max_tokens is None and self.ledger.nodes[node].payers[2] is None:
             cap = None
-        return StepGrant(reservation, cap)
+        return _make(StepGrant, (reservation, cap))
 
     def settle(
         self, agent: SessionId, grant: StepGrant, usage: Usage | None, *, ok: bool
@@ -290,7 +304,7 @@ class BudgetBook:
         elif usage is None:
             used = _ONE_REQUEST
         else:
-            used = Amounts(1, usage.input_tokens, usage.output_tokens)
+            used = _make(Amounts, (1, usage.input_tokens, usage.output_tokens))
         self.ledger = core.settle(self.ledger, grant.ticket, used)
         # the agent records the charge in this span (rule 1); a detached one records nothing
         return charged_data(used) if agent in self._live else None

@@ -82,6 +82,9 @@ DIMENSIONS: Final = (*COUNTED, Dimension.WALL_TIME)
 """Every dimension, in ``Budget`` field order (iterating the enum itself is slow)."""
 COUNTED_NAMES: Final = tuple(dimension.value for dimension in COUNTED)
 """The wire names of ``COUNTED`` (reading an enum's ``value`` costs a descriptor call)."""
+_make: Final = tuple.__new__
+"""``_make(Node, (...))`` builds a named tuple without calling its class's Python
+``__new__`` (rule 11): the hot transitions build theirs this way."""
 
 
 class Amounts(NamedTuple):
@@ -147,7 +150,8 @@ def grant_from(remaining: int, want: int, at_least: int) -> int | None:
     post: __return__ is None or at_least <= __return__ <= want
     post: __return__ is None or __return__ <= max(remaining, 0) or want == 0
     """
-    granted = min(want, max(remaining, 0))
+    # conditionals, not ``min``/``max``: each builtin call parses its arguments (rule 11)
+    granted = want if want <= remaining else (remaining if remaining > 0 else 0)
     return granted if granted >= at_least else None
 
 
@@ -235,8 +239,12 @@ def _exhausted(dimension: Dimension, node: str) -> SubagentError:
 def _node(ledger: Ledger, node: str) -> Node:
     found = ledger.nodes.get(node)
     if found is None:
-        raise SubagentError(ErrorCode.NOT_FOUND, f"no open budget node {node!r}", field="node")
+        raise _not_open(node)
     return found
+
+
+def _not_open(node: str) -> SubagentError:
+    return SubagentError(ErrorCode.NOT_FOUND, f"no open budget node {node!r}", field="node")
 
 
 _Edit: TypeAlias = "tuple[Node, list[Account | None], list[int]]"
@@ -335,7 +343,9 @@ def reserve(
 
     ``now_ms`` is read only against ``node``'s deadline: for a node without one
     (``deadline_ms`` None) any value will do."""
-    opened = _node(ledger, node)
+    opened = ledger.nodes.get(node)  # not ``_node``: one call fewer on every request
+    if opened is None:
+        raise _not_open(node)
     if opened.deadline_ms is not None and now_ms >= opened.deadline_ms:
         return Exhausted(Dimension.WALL_TIME)
     granted = [0, 0, 0]
@@ -360,21 +370,25 @@ def reserve(
         if amount is None:
             return Exhausted(COUNTED[index])
         granted[index] = amount
-        own[index] = Account(limit, consumed, reserved + amount, carved)
-    reservation = Reservation(
-        ledger.next_reservation, node, Amounts(granted[0], granted[1], granted[2])
+        own[index] = _make(Account, (limit, consumed, reserved + amount, carved))
+    reservation = _make(
+        Reservation,
+        (ledger.next_reservation, node, _make(Amounts, (granted[0], granted[1], granted[2]))),
     )
     if edits:
         nodes = _written(nodes, edits)
-    changed = Node(
-        opened.parent,
-        (mine[0], mine[1], mine[2]),
-        opened.payers,
-        opened.deadline_ms,
-        opened.open_children,
-        opened.outstanding | {reservation},
+    changed = _make(
+        Node,
+        (
+            opened.parent,
+            (mine[0], mine[1], mine[2]),
+            opened.payers,
+            opened.deadline_ms,
+            opened.open_children,
+            opened.outstanding | {reservation},
+        ),
     )
-    return Ledger(nodes.set(node, changed), ledger.next_reservation + 1), reservation
+    return _make(Ledger, (nodes.set(node, changed), ledger.next_reservation + 1)), reservation
 
 
 def settle(ledger: Ledger, reservation: Reservation, used: Amounts | None) -> Ledger:
@@ -404,23 +418,24 @@ def settle(ledger: Ledger, reservation: Reservation, used: Amounts | None) -> Le
         own = mine if payer == name else (edits.get(payer) or _edit(nodes, edits, payer))[1]
         account = own[index]
         assert account is not None, "a payer owns its account"
-        own[index] = Account(
-            account.limit,
-            account.consumed + spent[index],
-            account.reserved - grants[index],
-            account.carved,
+        limit, consumed, reserved, carved = account
+        own[index] = _make(
+            Account, (limit, consumed + spent[index], reserved - grants[index], carved)
         )
     if edits:
         nodes = _written(nodes, edits)
-    changed = Node(
-        opened.parent,
-        (mine[0], mine[1], mine[2]),
-        opened.payers,
-        opened.deadline_ms,
-        opened.open_children,
-        opened.outstanding - {reservation},
+    changed = _make(
+        Node,
+        (
+            opened.parent,
+            (mine[0], mine[1], mine[2]),
+            opened.payers,
+            opened.deadline_ms,
+            opened.open_children,
+            opened.outstanding - {reservation},
+        ),
     )
-    return Ledger(nodes.set(name, changed), ledger.next_reservation)
+    return _make(Ledger, (nodes.set(name, changed), ledger.next_reservation))
 
 
 def close(ledger: Ledger, node: str) -> Ledger:
@@ -455,8 +470,11 @@ def close(ledger: Ledger, node: str) -> Ledger:
 
 def join(ledger: Ledger, node: str, now_ms: int) -> Ledger:
     """Let a child with no caps of its own meter through ``node`` (rule 10); refused like
-    ``open_child`` once ``node``'s deadline has passed."""
-    opened = _node(ledger, node)
+    ``open_child`` once ``node``'s deadline has passed (``now_ms`` is read only against
+    it: for a node without one any value will do)."""
+    opened = ledger.nodes.get(node)
+    if opened is None:
+        raise _not_open(node)
     if opened.deadline_ms is not None and now_ms >= opened.deadline_ms:
         raise _exhausted(Dimension.WALL_TIME, node)
     return _with_children(ledger, node, opened, 1)
@@ -464,7 +482,9 @@ def join(ledger: Ledger, node: str, now_ms: int) -> Ledger:
 
 def leave(ledger: Ledger, node: str) -> Ledger:
     """End a ``join`` of ``node`` (rule 10)."""
-    opened = _node(ledger, node)
+    opened = ledger.nodes.get(node)
+    if opened is None:
+        raise _not_open(node)
     if not opened.open_children:
         raise SubagentError(
             ErrorCode.ILLEGAL_TRANSITION, f"budget node {node!r} has no open child", field="node"
@@ -473,15 +493,9 @@ def leave(ledger: Ledger, node: str) -> Ledger:
 
 
 def _with_children(ledger: Ledger, name: str, node: Node, delta: int) -> Ledger:
-    changed = Node(
-        node.parent,
-        node.own,
-        node.payers,
-        node.deadline_ms,
-        node.open_children + delta,
-        node.outstanding,
-    )
-    return Ledger(ledger.nodes.set(name, changed), ledger.next_reservation)
+    parent, own, payers, deadline, children, outstanding = node
+    changed = _make(Node, (parent, own, payers, deadline, children + delta, outstanding))
+    return _make(Ledger, (ledger.nodes.set(name, changed), ledger.next_reservation))
 
 
 def charge(ledger: Ledger, node: str, used: Amounts) -> Ledger:
