@@ -13,7 +13,9 @@ Theory of operation
 3. A start with a ``budget`` (or under a budgeted parent) carves its node before anything
    is created (``carve``): a child of an unbudgeted parent gets its own root, and a child
    that asks for no caps of a budgeted parent opens no node: it joins its parent's
-   (``core.budget.join``), metering through it, and has no caps to record. The
+   (``core.budget.join``), metering through it, and has no caps to record. (A node the
+   book never closes, a root the host set, with no deadline, needs no count of joined
+   children and no deadline check: a child sharing it meters through it without a join.) The
    ``ChildBudget`` attaches the child agent in its unpublished window (``attach``), or is
    closed (once) when the start fails or, by the provider, in the span that settles the
    one-shot child's result, returning the unused part.
@@ -108,6 +110,8 @@ class BudgetBook:
         # The nodes with a deadline: the core reads ``now_ms`` only against one, so the
         # clock is read only for these (a node gets a deadline when it opens, or never).
         self._timed: set[str] = set()
+        self._free_output: set[str] = set()  # the nodes paying no output cap (fixed at open)
+        self._kept: set[str] = set()  # the roots the host set: never closed (rule 3)
 
     def _now(self) -> int:
         """The clock in whole ms (``carve`` and ``admit``, a delegation's path, read it inline)."""
@@ -123,6 +127,7 @@ class BudgetBook:
             node = agent.id
             self.ledger = core.open_root(self.ledger, node, budget, self._now())
             self._opened(node)
+            self._kept.add(node)
             self._caps[node] = budget
             record = fold_budget(agent.session.events)
             self.ledger = core.charge(self.ledger, node, record.consumed)
@@ -203,6 +208,8 @@ class BudgetBook:
                 return None
             self.ledger = core.open_root(self.ledger, node, asked, int(self._clock()))
         elif asked is None or asked == _SHARED:  # its node would be its parent's (rule 3)
+            if above in self._kept and above not in self._timed:  # nothing to count or check
+                return ChildBudget(self, above, shared=True, joined=False)
             now = int(self._clock()) if above in self._timed else 0
             self.ledger = core.join(self.ledger, above, now)
             return ChildBudget(self, above, shared=True)
@@ -213,8 +220,11 @@ class BudgetBook:
         return ChildBudget(self, node)
 
     def _opened(self, node: str) -> None:
-        if self.ledger.nodes[node].deadline_ms is not None:
+        opened = self.ledger.nodes[node]
+        if opened.deadline_ms is not None:
             self._timed.add(node)
+        if opened.payers[2] is None:
+            self._free_output.add(node)
 
     def restore(self, agent: Agent, parent: SessionId | None) -> None:
         """Meter a resumed child: its open node, or one reopened from its log (rule 3)."""
@@ -251,11 +261,13 @@ class BudgetBook:
             self._bound[node] = agent_id
             self._record(node, agent)
 
-    def leave(self, node: str, agent: SessionId | None) -> None:
-        """End a joined child's metering through its parent's ``node`` (rule 3)."""
+    def leave(self, node: str, agent: SessionId | None, *, joined: bool = True) -> None:
+        """End a sharing child's metering through its parent's ``node`` (rule 3), and its
+        ``join`` if it made one."""
         if agent is not None and self._node_of.get(agent) == node:
             del self._node_of[agent]
-        self.ledger = core.leave(self.ledger, node)
+        if joined:
+            self.ledger = core.leave(self.ledger, node)
 
     def close(self, node: str) -> None:
         """Close a settled child's node, returning its unused part (best effort)."""
@@ -267,6 +279,7 @@ class BudgetBook:
         try:
             self.ledger = core.close(self.ledger, node)
             self._timed.discard(node)
+            self._free_output.discard(node)
         except SubagentError as error:  # open descendants keep its carve until they close
             _log.debug("budget node %s stays open: %s", node, error)
 
@@ -291,9 +304,8 @@ class BudgetBook:
                 field=f"budget.{name}",
             )
         self.ledger, reservation = granted
-        cap: int | None = reservation.granted.output_tokens  # max_tokens when uncapped
-        if max_tokens is None and self.ledger.nodes[node].payers[2] is None:
-            cap = None
+        free = node in self._free_output  # no output cap: the request keeps its own
+        cap = max_tokens if free else reservation.granted.output_tokens
         return _make(StepGrant, (reservation, cap))
 
     def settle(
@@ -330,15 +342,18 @@ def _caps_of(ledger: Ledger, node: str, asked: Budget) -> Budget:
 
 
 class ChildBudget:
-    """A carved node waiting for its child agent, or the parent's node a child joined
-    (``shared``, rule 3)."""
+    """A carved node waiting for its child agent, or the parent's node a child shares
+    (``shared``; ``joined`` unless the node needs no join, rule 3)."""
 
-    __slots__ = ("_agent", "_closed", "book", "node", "shared")
+    __slots__ = ("_agent", "_closed", "book", "joined", "node", "shared")
 
-    def __init__(self, book: BudgetBook, node: str, *, shared: bool = False) -> None:
+    def __init__(
+        self, book: BudgetBook, node: str, *, shared: bool = False, joined: bool = True
+    ) -> None:
         self.book = book
         self.node = node
         self.shared = shared
+        self.joined = joined
         self._agent: SessionId | None = None
         self._closed = False
 
@@ -353,7 +368,7 @@ class ChildBudget:
             return
         self._closed = True
         if self.shared:
-            self.book.leave(self.node, self._agent)
+            self.book.leave(self.node, self._agent, joined=self.joined)
         else:
             self.book.close(self.node)
 
