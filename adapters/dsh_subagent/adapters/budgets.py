@@ -243,11 +243,14 @@ class BudgetBook:
             return
         self.attach(node, agent, own=self._bound.get(node) == agent.id)
 
-    def attach(self, node: str, agent: Agent, *, own: bool) -> None:
-        """Meter ``agent`` through ``node`` and record the caps of a node it ``own``s (in the
-        unpublished window)."""
+    def attach(
+        self, node: str, agent: Agent, *, own: bool, agent_id: SessionId | None = None
+    ) -> None:
+        """Meter ``agent`` (whose id is ``agent_id``, when the caller has it) through ``node``
+        and record the caps of a node it ``own``s (in the unpublished window)."""
         uninstall = _meter_installer(agent)(self)
-        agent_id = agent.id
+        if agent_id is None:
+            agent_id = agent.id
         self._node_of[agent_id] = node
         self._live[agent_id] = agent
 
@@ -358,8 +361,8 @@ class ChildBudget:
         self._closed = False
 
     def attach(self, agent: Agent) -> None:
-        self._agent = agent.id
-        self.book.attach(self.node, agent, own=not self.shared)
+        self._agent = agent_id = agent.id
+        self.book.attach(self.node, agent, own=not self.shared, agent_id=agent_id)
 
     def close(self) -> None:
         """Close (or leave) the node once; a repeat is a no-op (a failed start may settle

@@ -424,6 +424,7 @@ def settle(ledger: Ledger, reservation: Reservation, used: Amounts | None) -> Le
         )
     if edits:
         nodes = _written(nodes, edits)
+    held = opened.outstanding  # holds ``reservation``: with nothing else, none is left
     changed = _make(
         Node,
         (
@@ -432,7 +433,7 @@ def settle(ledger: Ledger, reservation: Reservation, used: Amounts | None) -> Le
             opened.payers,
             opened.deadline_ms,
             opened.open_children,
-            opened.outstanding - {reservation},
+            _NONE_OUTSTANDING if len(held) == 1 else held - {reservation},
         ),
     )
     return _make(Ledger, (nodes.set(name, changed), ledger.next_reservation))
