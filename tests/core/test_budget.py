@@ -119,6 +119,33 @@ def test_budget_6_output_grants_shrink_to_what_is_left_and_are_all_or_nothing() 
     assert first.granted.output_tokens == 8
 
 
+def test_budget_6_reserve_grants_what_grant_from_grants() -> None:
+    """``reserve`` computes ``grant_from`` inline: the same grant or refusal, also for a
+    payer overdrawn by usage past its grants (its remaining below zero)."""
+    for limit in range(4):
+        for over in range(3):
+            ledger = b.open_root(Ledger(), "root", Budget(output_tokens=limit), 0)
+            ledger = b.charge(ledger, "root", Amounts(output_tokens=limit + over))
+            left = -over
+            for wanted in range(4):
+                for least in range(wanted + 1):
+                    want, at_least = Amounts(output_tokens=wanted), Amounts(output_tokens=least)
+                    result = b.reserve(ledger, "root", want, at_least, 0)
+                    expected = b.grant_from(left, wanted, least)
+                    if expected is None:
+                        assert result == Exhausted(Dimension.OUTPUT_TOKENS)
+                    else:
+                        assert reserved(result)[1].granted.output_tokens == expected
+    ledger = b.open_root(Ledger(), "root", Budget(output_tokens=5), 0)
+    for wanted in range(8):
+        for least in range(wanted + 1):
+            want, at_least = Amounts(output_tokens=wanted), Amounts(output_tokens=least)
+            result = b.reserve(ledger, "root", want, at_least, 0)
+            expected = b.grant_from(5, wanted, least)
+            granted = None if isinstance(result, Exhausted) else result[1].granted
+            assert granted == (None if expected is None else Amounts(output_tokens=expected))
+
+
 def test_budget_7_wall_time_is_a_deadline_never_past_the_parents() -> None:
     ledger = b.open_root(Ledger(), "root", Budget(wall_ms=1_000), 100)
     ledger = b.open_child(ledger, "root", "kid", Budget(wall_ms=5_000), 200)
