@@ -248,7 +248,12 @@ class BudgetBook:
     ) -> None:
         """Meter ``agent`` (whose id is ``agent_id``, when the caller has it) through ``node``
         and record the caps of a node it ``own``s (in the unpublished window)."""
-        uninstall = _meter_installer(agent)(self)
+        install: Callable[[StepMeter], Unsubscribe] | None = getattr(agent, "install_meter", None)
+        # an attribute check: ``isinstance`` against the runtime-checkable ``MeteredAgent``
+        # costs more than the rest of a delegation's metering
+        if not callable(install):
+            raise _unmetered(agent)
+        uninstall = install(self)
         if agent_id is None:
             agent_id = agent.id
         self._node_of[agent_id] = node
@@ -325,18 +330,12 @@ class BudgetBook:
         return charged_data(used) if agent in self._live else None
 
 
-def _meter_installer(agent: Agent) -> Callable[[StepMeter], Unsubscribe]:
-    """``agent``'s ``install_meter``, or ``UNSUPPORTED_CAPABILITY`` (an attribute check: an
-    ``isinstance`` against the runtime-checkable ``MeteredAgent`` costs more than the rest
-    of a delegation's metering)."""
-    install: Callable[[StepMeter], Unsubscribe] | None = getattr(agent, "install_meter", None)
-    if not callable(install):
-        raise SubagentError(
-            ErrorCode.UNSUPPORTED_CAPABILITY,
-            f"agent {agent.id} cannot meter its model requests",
-            field="budget",
-        )
-    return install
+def _unmetered(agent: Agent) -> SubagentError:
+    return SubagentError(
+        ErrorCode.UNSUPPORTED_CAPABILITY,
+        f"agent {agent.id} cannot meter its model requests",
+        field="budget",
+    )
 
 
 def _caps_of(ledger: Ledger, node: str, asked: Budget) -> Budget:
