@@ -18,6 +18,7 @@ from dsh_subagent.core.budget_log import (
     stored_remaining,
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.pmap import PMap
 from dsh_subagent.core.values import JsonValue, SessionEvent
 
 ONE_REQUEST = Amounts(model_requests=1)
@@ -237,7 +238,7 @@ def test_budget_10_a_join_keeps_the_nodes_parent_deadline_and_reservations() -> 
         ("kid", None, None),
         100,
         open_children=0,
-        outstanding=frozenset({grant}),
+        outstanding=PMap({grant.id: grant}),
     )
     assert _refusal(b.close, ledger, "kid")[0] is ErrorCode.ILLEGAL_TRANSITION
     assert b.reserve(ledger, "kid", ONE_REQUEST, ONE_REQUEST, 100) == Exhausted(

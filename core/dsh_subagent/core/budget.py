@@ -25,7 +25,7 @@ Theory of operation
    and can never together overshoot.
 5. **Settlement.** ``settle`` takes back the ``Reservation`` value ``reserve`` returned,
    releases it and charges the usage the model reported. A node keeps its unsettled
-   reservations (``outstanding``, a frozenset: no ledger-wide map, no id lookup), so a
+   reservations (``outstanding``, a ``PMap`` by id, O(log) in their number), so a
    reservation settles exactly once: settled again, forged, or never made there, it is
    ``ILLEGAL_TRANSITION``. Usage beyond a grant is charged too (never hidden); the
    invariant below then holds for every dimension whose grants bound the usage (model
@@ -185,14 +185,14 @@ def child_deadline(now_ms: int, asked_ms: int | None, parent_deadline: int | Non
 
 class Reservation(NamedTuple):
     """A granted reservation, settled exactly once: the caller hands this value back to
-    ``settle``, which finds it among its node's ``outstanding`` (no map entry of its own)."""
+    ``settle``, which finds it among its node's ``outstanding``."""
 
     id: int
     node: str
     granted: Amounts
 
 
-_NONE_OUTSTANDING: Final[frozenset[Reservation]] = frozenset()
+_NONE_OUTSTANDING: Final[PMap[int, Reservation]] = PMap()
 
 
 class Node(NamedTuple):
@@ -205,7 +205,7 @@ class Node(NamedTuple):
     payers: tuple[str | None, str | None, str | None]
     deadline_ms: int | None
     open_children: int = 0
-    outstanding: frozenset[Reservation] = _NONE_OUTSTANDING
+    outstanding: PMap[int, Reservation] = _NONE_OUTSTANDING
 
 
 @attrs.frozen
@@ -225,7 +225,7 @@ class Ledger(NamedTuple):
     @property
     def reservations(self) -> dict[int, Reservation]:
         """Every unsettled reservation by id, gathered from the nodes (for reading)."""
-        return {held.id: held for node in self.nodes.values() for held in node.outstanding}
+        return {held.id: held for node in self.nodes.values() for held in node.outstanding.values()}
 
 
 def _exhausted(dimension: Dimension, node: str) -> SubagentError:
@@ -388,7 +388,7 @@ def reserve(
             opened.payers,
             opened.deadline_ms,
             opened.open_children,
-            opened.outstanding | {reservation},
+            opened.outstanding.set(reservation.id, reservation),
         ),
     )
     return _make(Ledger, (nodes.set(node, changed), ledger.next_reservation + 1)), reservation
@@ -400,7 +400,7 @@ def settle(ledger: Ledger, reservation: Reservation, used: Amounts | None) -> Le
     here) is ``ILLEGAL_TRANSITION``."""
     name = reservation.node
     opened = ledger.nodes.get(name)
-    if opened is None or reservation not in opened.outstanding:
+    if opened is None or opened.outstanding.get(reservation.id) != reservation:
         raise SubagentError(
             ErrorCode.ILLEGAL_TRANSITION,
             f"reservation {reservation.id} is not outstanding",
@@ -436,7 +436,7 @@ def settle(ledger: Ledger, reservation: Reservation, used: Amounts | None) -> Le
             opened.payers,
             opened.deadline_ms,
             opened.open_children,
-            _NONE_OUTSTANDING if len(held) == 1 else held - {reservation},
+            _NONE_OUTSTANDING if len(held) == 1 else held.remove(reservation.id),
         ),
     )
     return _make(Ledger, (nodes.set(name, changed), ledger.next_reservation))
