@@ -285,6 +285,24 @@ def _written(nodes: PMap[str, Node], edits: dict[str, _Edit]) -> PMap[str, Node]
     return nodes
 
 
+def _booked(
+    nodes: PMap[str, Node],
+    name: str,
+    node: Node,
+    own: list[Account | None],
+    outstanding: PMap[int, Reservation],
+) -> PMap[str, Node]:
+    """``nodes`` with a request's node written: its new accounts and unsettled reservations."""
+    accounts = (own[0], own[1], own[2])
+    return nodes.set(
+        name,
+        _make(
+            Node,
+            (node.parent, accounts, node.payers, node.deadline_ms, node.open_children, outstanding),
+        ),
+    )
+
+
 def open_root(ledger: Ledger, node: str, budget: Budget, now_ms: int) -> Ledger:
     """Open a root node with the host's ``budget`` (raises ``DUPLICATE_CHILD`` if open)."""
     return _open(ledger, node, None, validate_budget(budget, "budget"), now_ms)
@@ -380,18 +398,9 @@ def reserve(
     )
     if edits:
         nodes = _written(nodes, edits)
-    changed = _make(
-        Node,
-        (
-            opened.parent,
-            (mine[0], mine[1], mine[2]),
-            opened.payers,
-            opened.deadline_ms,
-            opened.open_children,
-            opened.outstanding.set(reservation.id, reservation),
-        ),
-    )
-    return _make(Ledger, (nodes.set(node, changed), ledger.next_reservation + 1)), reservation
+    held = opened.outstanding.set(reservation.id, reservation)
+    nodes = _booked(nodes, node, opened, mine, held)
+    return _make(Ledger, (nodes, ledger.next_reservation + 1)), reservation
 
 
 def settle(ledger: Ledger, reservation: Reservation, used: Amounts | None) -> Ledger:
@@ -428,18 +437,8 @@ def settle(ledger: Ledger, reservation: Reservation, used: Amounts | None) -> Le
     if edits:
         nodes = _written(nodes, edits)
     held = opened.outstanding  # holds ``reservation``: with nothing else, none is left
-    changed = _make(
-        Node,
-        (
-            opened.parent,
-            (mine[0], mine[1], mine[2]),
-            opened.payers,
-            opened.deadline_ms,
-            opened.open_children,
-            _NONE_OUTSTANDING if len(held) == 1 else held.remove(reservation.id),
-        ),
-    )
-    return _make(Ledger, (nodes.set(name, changed), ledger.next_reservation))
+    held = _NONE_OUTSTANDING if len(held) == 1 else held.remove(reservation.id)
+    return _make(Ledger, (_booked(nodes, name, opened, mine, held), ledger.next_reservation))
 
 
 def close(ledger: Ledger, node: str) -> Ledger:
