@@ -123,10 +123,10 @@ def test_budget_6_reserve_grants_what_grant_from_grants() -> None:
     """``reserve`` computes ``grant_from`` inline: the same grant or refusal, also for a
     payer overdrawn by usage past its grants (its remaining below zero)."""
     for limit in range(4):
-        for over in range(3):
+        for spent in range(limit + 3):
             ledger = b.open_root(Ledger(), "root", Budget(output_tokens=limit), 0)
-            ledger = b.charge(ledger, "root", Amounts(output_tokens=limit + over))
-            left = -over
+            ledger = b.charge(ledger, "root", Amounts(output_tokens=spent))
+            left = limit - spent
             for wanted in range(4):
                 for least in range(wanted + 1):
                     want, at_least = Amounts(output_tokens=wanted), Amounts(output_tokens=least)
@@ -201,6 +201,7 @@ def test_budget_9_usage_past_a_grant_is_charged_not_hidden() -> None:
 
 def test_budget_10_pure_helpers_honour_their_bounds() -> None:
     assert b.grant_from(5, 8, 1) == 5
+    assert b.grant_from(1, 8, 1) == 1
     assert b.grant_from(-3, 8, 1) is None
     assert b.grant_from(0, 0, 0) == 0
     assert b.carve_from(0, 0) == 0

@@ -268,3 +268,38 @@ def test_budget_16_a_stored_input_token_cap_folds_its_remaining() -> None:
         SessionEvent(BUDGET_CHARGED, 1, 0.0, charged_data(Amounts(1, 30, 2))),
     ]
     assert stored_remaining(events) == Budget(input_tokens=70)
+
+
+ONE_EACH = Amounts(1, 1, 1)
+
+
+# Issue 25's third round (reserve's inline grant, its whole-grant shortcut, the lookups
+# inlined in reserve, join and leave).
+
+
+def test_budget_6_a_partial_grant_is_what_was_granted_never_the_want() -> None:
+    caps = Budget(model_requests=9, input_tokens=3, output_tokens=9)
+    result = b.reserve(b.open_root(Ledger(), "a", caps, 0), "a", Amounts(1, 5, 3), ONE_EACH, 0)
+    assert not isinstance(result, Exhausted)
+    assert result[1].granted == Amounts(1, 3, 3)
+    caps = Budget(model_requests=1, input_tokens=9, output_tokens=9)
+    result = b.reserve(b.open_root(Ledger(), "b", caps, 0), "b", Amounts(2, 1, 3), ONE_EACH, 0)
+    assert not isinstance(result, Exhausted)
+    assert result[1].granted == Amounts(1, 1, 3)
+
+
+def test_budget_3_a_payers_carve_bounds_its_own_grants() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(output_tokens=5), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(output_tokens=4), 0)
+    want, least = Amounts(output_tokens=5), Amounts(output_tokens=1)
+    result = b.reserve(ledger, "root", want, least, 0)
+    assert not isinstance(result, Exhausted)
+    assert result[1].granted.output_tokens == 1
+
+
+def test_budget_8_reserve_join_and_leave_name_an_unknown_node() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=1), 0)
+    refused = (ErrorCode.NOT_FOUND, "node", "no open budget node 'nobody'")
+    assert _refusal(b.reserve, ledger, "nobody", ONE_REQUEST, ONE_REQUEST, 0) == refused
+    assert _refusal(b.join, ledger, "nobody", 0) == refused
+    assert _refusal(b.leave, ledger, "nobody") == refused
