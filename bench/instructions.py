@@ -10,8 +10,10 @@ Theory of operation
    working tree (checked by importing the service before measuring). The snapshot's
    bytecode is compiled first, so no measured run pays for compiling it.
 2. A figure is the difference of two runs divided by the units between them, so imports,
-   the world's setup and the warm-up cancel: W1 = (200 delegations - 0) / 200; W2 = (a fan-out
-   of 400 held children - none) / 400; W3 = (13 cold resumes - 3) / 10, each a user-grant
+   the world's setup and the warm-up cancel: W1 = (200 delegations - 0) / 200 (W1b: the
+   same under a budgeted parent; with both, a last row gives W1b / W1, the budget's
+   overhead, each revision against itself); W2 = (a fan-out of 400 held children - none) /
+   400; W3 = (13 cold resumes - 3) / 10, each a user-grant
    follow-up to a child of a 30 x 5-epoch SQLite store awaited to its ``subagent/end``, the
    store built once per tree by that tree's code outside valgrind (``Figure.setup``) and
    copied afresh for each run; W4 = (a 1,000-node tree built and drained - built only) /
@@ -52,10 +54,14 @@ class Figure(NamedTuple):
 
 FIGURES = {
     "W1": Figure("Ir per delegation", ("W1", 200), ("W1", 0), 200),
+    "W1b": Figure("Ir per budgeted delegation", ("W1_budget", 200), ("W1_budget", 0), 200),
     "W2": Figure("Ir per held child", ("W2", 400), ("W2", 0), 400),
     "W3": Figure("Ir per cold resume (30 x 5 store)", ("W3", 13), ("W3", 3), 10, "W3_build"),
     "W4": Figure("Ir per drained node (1k tree)", ("W4", 1000), ("W4_build", 1000), 1000),
 }
+RATIOS = {"W1b": "W1"}
+"""A figure over another, printed as a row of its own when both are measured (the budget's
+overhead: budgeted W1 over plain W1, each revision against itself)."""
 
 
 def snapshot(rev: str, into: Path) -> Path:
@@ -152,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         row = results[name]
         cells = [f"{row[rev]:,.0f} ({row[rev] / row[first]:.3f})" for rev in args.rev]
         print(f"| {name} {FIGURES[name].unit} | " + " | ".join(cells) + " |")
+    for over, under in RATIOS.items():
+        if over in results and under in results:
+            cells = [f"{results[over][rev] / results[under][rev]:.4f}" for rev in args.rev]
+            print(f"| {over} / {under} | " + " | ".join(cells) + " |")
     return 0
 
 

@@ -1,11 +1,15 @@
 """One measured body for ``bench/instructions.py``, run under callgrind inside a tree's snapshot.
 
-``python -S instructions_child.py W1|W2|W3|W4|W4_build N`` from the snapshot's root runs, after a
-fixed warm-up, N units of one workload through that tree's own ``bench.world`` and
-``bench.workloads`` (whose ``World``, ``delegate_and_dispose``, ``_fan_out`` and ``held_tree``
-have had the same shape since ``a48deee``, so one body measures old and new trees alike):
+``python -S instructions_child.py W1|W1_budget|W2|W3|W4|W4_build|W6|W7 N`` from the
+snapshot's root runs, after a fixed warm-up, N units of one workload through that tree's own
+``bench.world`` and ``bench.workloads`` (whose ``World``, ``delegate_and_dispose``,
+``_fan_out`` and ``held_tree`` have had the same shape since ``a48deee``, so one body
+measures old and new trees alike; ``W1_budget`` needs ``W1_BUDGET``, issue 25's):
 
 * ``W1``: N sequential one-shot delegations, each started, collected and disposed;
+* ``W1_budget``: the same under a parent with ``bench.workloads.W1_BUDGET`` set, as
+  ``W1_oneshot_budget`` runs it (every child joins the parent's node, its request reserved
+  and settled, the child leaves);
 * ``W2``: one fan-out of N one-shot children held at a barrier until all are in flight;
 * ``W3_build`` (run once outside valgrind): W3's store, ``W3_CONVS`` continuable children of
   ``W3_TURNS`` epochs each in one SQLite file (``W3_STORE``), built as ``bench.workloads.w3``
@@ -51,10 +55,12 @@ W3_STORE = Path("w3-store.sqlite")
 W3_COPY = Path("w3-run.sqlite")
 
 
-async def _warm_world() -> tuple[World, BenchModel, ReferenceAgent]:
+async def _warm_world(*, budgeted: bool = False) -> tuple[World, BenchModel, ReferenceAgent]:
     model = BenchModel()
     world = World(model)
     parent = await world.root("parent")
+    if budgeted:
+        world.service.set_budget(parent, workloads.W1_BUDGET)
     for _ in range(WARMUP):
         await delegate_and_dispose(world, parent)
     return world, model, parent
@@ -62,6 +68,12 @@ async def _warm_world() -> tuple[World, BenchModel, ReferenceAgent]:
 
 async def w1(n: int) -> None:
     world, _, parent = await _warm_world()
+    for _ in range(n):
+        await delegate_and_dispose(world, parent)
+
+
+async def w1_budget(n: int) -> None:
+    world, _, parent = await _warm_world(budgeted=True)
     for _ in range(n):
         await delegate_and_dispose(world, parent)
 
@@ -174,6 +186,7 @@ async def w6(n: int) -> None:
 
 BODIES = {
     "W1": w1,
+    "W1_budget": w1_budget,
     "W2": w2,
     "W3_build": w3_build,
     "W3": w3,

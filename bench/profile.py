@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 1. ``python -m bench.profile W1|W2|W3|W4`` runs one workload of ``bench/workloads.py`` at a
    profiling size and prints its top entries, so the profile quoted in ``RESULTS.md`` can be
-   taken again by anyone, on the code as it is.
+   taken again by anyone, on the code as it is. ``W1b`` profiles W1 plain and under a
+   budgeted parent (``W1_BUDGET``) and lists the calls the budget adds per delegation.
 2. Time (W1, W3, W4) is measured with ``cProfile`` around the measured part only: W1's
    delegations after the warm-up, W3's cold resumes (not the build), W4's drain (not the
    build). The report lists the top functions by own time and the same time summed per
@@ -41,9 +42,11 @@ def _profiling(profile: cProfile.Profile) -> Iterator[None]:
         profile.disable()
 
 
-async def profile_w1(profile: cProfile.Profile, n: int) -> None:
+async def profile_w1(profile: cProfile.Profile, n: int, *, budgeted: bool = False) -> None:
     world = World(BenchModel())
     parent = await world.root("parent")
+    if budgeted:
+        world.service.set_budget(parent, workloads.W1_BUDGET)
     for _ in range(200):
         await delegate_and_dispose(world, parent)
     with _profiling(profile):
@@ -89,6 +92,29 @@ def report_time(profile: cProfile.Profile, top: int) -> None:
         print(f"  {own / total:6.1%}  {module}")
 
 
+def report_budget_calls(n: int, top: int) -> None:
+    """W1 budgeted against plain: the Python-level calls the budget adds per delegation."""
+    counts: list[Counter[str]] = []
+    for budgeted in (False, True):
+        profile = cProfile.Profile()
+        asyncio.run(profile_w1(profile, n, budgeted=budgeted))
+        rows = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+        counted: Counter[str] = Counter()
+        for (file, line, name), row in rows.items():
+            counted[f"{_short(file)}:{line}({name})"] += row[1]
+        counts.append(counted)
+    plain, budgeted_ = counts
+    print(
+        f"calls per delegation: plain {plain.total() / n:.1f}, budgeted "
+        f"{budgeted_.total() / n:.1f}, extra {(budgeted_.total() - plain.total()) / n:.1f}\n"
+    )
+    extra = budgeted_.copy()
+    extra.subtract(plain)
+    for where, calls in sorted(extra.items(), key=lambda item: -abs(item[1]))[:top]:
+        if calls:
+            print(f"  {calls / n:+7.2f}  {where}")
+
+
 def _short(file: str) -> str:
     for marker in ("dsh_subagent/", "site-packages/", "python3.11/", "python3.12/", "/work/"):
         if marker in file:
@@ -123,12 +149,15 @@ async def report_w2(children: int, top: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("workload", choices=("W1", "W2", "W3", "W4"))
+    parser.add_argument("workload", choices=("W1", "W1b", "W2", "W3", "W4"))
     parser.add_argument("--size", type=int, help="delegations, children, convs or nodes")
     parser.add_argument("--top", type=int, default=20)
     args = parser.parse_args()
     if args.workload == "W2":
         asyncio.run(report_w2(args.size or 1000, args.top))
+        return
+    if args.workload == "W1b":
+        report_budget_calls(args.size or 1000, args.top)
         return
     profile = cProfile.Profile()
     runs = {

@@ -41,7 +41,7 @@ def test_budget_2_a_child_carves_its_cap_and_returns_the_unused_part_on_close() 
     ledger = b.open_child(ledger, "root", "kid", Budget(model_requests=4), 0)
     assert b.remaining(ledger, "root").model_requests == 6
     ledger, grant = reserved(b.reserve(ledger, "kid", ONE_REQUEST, ONE_REQUEST, 0))
-    ledger = b.settle(ledger, grant.id, ONE_REQUEST)
+    ledger = b.settle(ledger, grant, ONE_REQUEST)
     assert b.remaining(ledger, "kid").model_requests == 3
     ledger = b.close(ledger, "kid")
     assert b.remaining(ledger, "root").model_requests == 9
@@ -69,9 +69,9 @@ def test_budget_4_an_uncapped_child_shares_its_payers_account() -> None:
     assert b.reserve(ledger, "a", ONE_REQUEST, ONE_REQUEST, 0) == Exhausted(
         Dimension.MODEL_REQUESTS
     )
-    ledger = b.settle(ledger, first.id, Amounts())
+    ledger = b.settle(ledger, first, Amounts())
     assert b.remaining(ledger, "a").model_requests == 1
-    ledger = b.settle(ledger, second.id, None)
+    ledger = b.settle(ledger, second, None)
     ledger = b.close(b.close(ledger, "a1"), "a")
     assert b.remaining(ledger, "root").model_requests == 1
 
@@ -83,7 +83,7 @@ def test_budget_4_a_joined_child_meters_through_its_parent_which_cannot_close_un
     assert set(joined.nodes) == {"root", "a"}
     assert code_of(lambda: b.close(joined, "a")) is ErrorCode.ILLEGAL_TRANSITION
     joined, grant = reserved(b.reserve(joined, "a", ONE_REQUEST, ONE_REQUEST, 5))
-    joined = b.settle(joined, grant.id, ONE_REQUEST)
+    joined = b.settle(joined, grant, ONE_REQUEST)
     left = b.leave(joined, "a")
     assert b.remaining(b.close(left, "a"), "root").model_requests == 2
     assert code_of(lambda: b.leave(left, "a")) is ErrorCode.ILLEGAL_TRANSITION
@@ -102,7 +102,7 @@ def test_budget_5_an_own_cap_under_an_uncapped_parent_is_the_childs_own() -> Non
     assert b.reserve(ledger, "kid", Amounts(input_tokens=20), Amounts(input_tokens=20), 0) == (
         Exhausted(Dimension.INPUT_TOKENS)
     )
-    ledger = b.close(b.settle(ledger, grant.id, Amounts(input_tokens=30)), "kid")
+    ledger = b.close(b.settle(ledger, grant, Amounts(input_tokens=30)), "kid")
     assert b.remaining(ledger, "root") == Budget()
 
 
@@ -117,6 +117,33 @@ def test_budget_6_output_grants_shrink_to_what_is_left_and_are_all_or_nothing() 
     assert b.reserve(ledger, "root", want, least, 0) == Exhausted(Dimension.OUTPUT_TOKENS)
     assert b.remaining(before, "root").model_requests == 3
     assert first.granted.output_tokens == 8
+
+
+def test_budget_6_reserve_grants_what_grant_from_grants() -> None:
+    """``reserve`` computes ``grant_from`` inline: the same grant or refusal, also for a
+    payer overdrawn by usage past its grants (its remaining below zero)."""
+    for limit in range(4):
+        for spent in range(limit + 3):
+            ledger = b.open_root(Ledger(), "root", Budget(output_tokens=limit), 0)
+            ledger = b.charge(ledger, "root", Amounts(output_tokens=spent))
+            left = limit - spent
+            for wanted in range(4):
+                for least in range(wanted + 1):
+                    want, at_least = Amounts(output_tokens=wanted), Amounts(output_tokens=least)
+                    result = b.reserve(ledger, "root", want, at_least, 0)
+                    expected = b.grant_from(left, wanted, least)
+                    if expected is None:
+                        assert result == Exhausted(Dimension.OUTPUT_TOKENS)
+                    else:
+                        assert reserved(result)[1].granted.output_tokens == expected
+    ledger = b.open_root(Ledger(), "root", Budget(output_tokens=5), 0)
+    for wanted in range(8):
+        for least in range(wanted + 1):
+            want, at_least = Amounts(output_tokens=wanted), Amounts(output_tokens=least)
+            result = b.reserve(ledger, "root", want, at_least, 0)
+            expected = b.grant_from(5, wanted, least)
+            granted = None if isinstance(result, Exhausted) else result[1].granted
+            assert granted == (None if expected is None else Amounts(output_tokens=expected))
 
 
 def test_budget_7_wall_time_is_a_deadline_never_past_the_parents() -> None:
@@ -145,7 +172,8 @@ def test_budget_8_misuse_is_typed() -> None:
         ErrorCode.NOT_FOUND
     )
     assert code_of(lambda: b.close(ledger, "root")) is ErrorCode.ILLEGAL_TRANSITION
-    assert code_of(lambda: b.settle(ledger, 99, None)) is ErrorCode.ILLEGAL_TRANSITION
+    never = b.Reservation(99, "root", Amounts())
+    assert code_of(lambda: b.settle(ledger, never, None)) is ErrorCode.ILLEGAL_TRANSITION
     bad = Amounts(model_requests=2)
     assert code_of(lambda: b.reserve(ledger, "kid", ONE_REQUEST, bad, 0)) is (
         ErrorCode.INVALID_ARGUMENT
@@ -153,7 +181,12 @@ def test_budget_8_misuse_is_typed() -> None:
     held, grant = reserved(b.reserve(ledger, "kid", ONE_REQUEST, ONE_REQUEST, 0))
     assert code_of(lambda: b.close(held, "kid")) is ErrorCode.ILLEGAL_TRANSITION
     negative = Amounts(model_requests=-1)
-    assert code_of(lambda: b.settle(held, grant.id, negative)) is ErrorCode.INVALID_ARGUMENT
+    assert code_of(lambda: b.settle(held, grant, negative)) is ErrorCode.INVALID_ARGUMENT
+    forged = grant._replace(granted=Amounts(model_requests=5))  # not the one reserved
+    assert code_of(lambda: b.settle(held, forged, None)) is ErrorCode.ILLEGAL_TRANSITION
+    assert code_of(lambda: b.settle(held, grant._replace(node="root"), None)) is (
+        ErrorCode.ILLEGAL_TRANSITION
+    )
 
 
 def test_budget_9_usage_past_a_grant_is_charged_not_hidden() -> None:
@@ -162,12 +195,13 @@ def test_budget_9_usage_past_a_grant_is_charged_not_hidden() -> None:
     ledger, grant = reserved(
         b.reserve(ledger, "kid", Amounts(input_tokens=5), Amounts(input_tokens=5), 0)
     )
-    ledger = b.close(b.settle(ledger, grant.id, Amounts(input_tokens=9)), "kid")
+    ledger = b.close(b.settle(ledger, grant, Amounts(input_tokens=9)), "kid")
     assert b.remaining(ledger, "root").input_tokens == 1
 
 
 def test_budget_10_pure_helpers_honour_their_bounds() -> None:
     assert b.grant_from(5, 8, 1) == 5
+    assert b.grant_from(1, 8, 1) == 1
     assert b.grant_from(-3, 8, 1) is None
     assert b.grant_from(0, 0, 0) == 0
     assert b.carve_from(0, 0) == 0
@@ -181,7 +215,7 @@ def test_budget_14_the_host_raises_owned_caps_carving_the_extra_from_the_payer()
     ledger = b.open_child(ledger, "root", "kid", Budget(model_requests=2, wall_ms=50), 0)
     assert b.short_of(ledger, "kid", 0) is None
     ledger, grant = reserved(b.reserve(ledger, "kid", ONE_REQUEST, ONE_REQUEST, 0))
-    ledger = b.settle(ledger, grant.id, ONE_REQUEST)
+    ledger = b.settle(ledger, grant, ONE_REQUEST)
     ledger = b.charge(ledger, "kid", Amounts(model_requests=1, output_tokens=0))
     assert b.short_of(ledger, "kid", 0) is Dimension.MODEL_REQUESTS
     assert b.short_of(ledger, "kid", 50) is Dimension.WALL_TIME

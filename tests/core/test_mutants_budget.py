@@ -18,6 +18,7 @@ from dsh_subagent.core.budget_log import (
     stored_remaining,
 )
 from dsh_subagent.core.errors import ErrorCode, SubagentError
+from dsh_subagent.core.pmap import PMap
 from dsh_subagent.core.values import JsonValue, SessionEvent
 
 ONE_REQUEST = Amounts(model_requests=1)
@@ -67,10 +68,10 @@ def test_budget_8_reservations_get_distinct_ids_and_each_settles_once() -> None:
         result = b.reserve(ledger, "root", ONE_REQUEST, ONE_REQUEST, 0)
         assert not isinstance(result, Exhausted)
         ledger, grant = result
-        grants.append(grant.id)
-    assert len(set(grants)) == 3
-    for grant_id in grants:
-        ledger = b.settle(ledger, grant_id, None)
+        grants.append(grant)
+    assert len({grant.id for grant in grants}) == 3
+    for grant in grants:
+        ledger = b.settle(ledger, grant, None)
     assert ledger.reservations == {}
     assert ledger.nodes["root"].own[0] == b.Account(limit=3, consumed=3)
 
@@ -154,10 +155,12 @@ def test_budget_15_a_damaged_charge_is_a_corrupt_session_naming_the_record() -> 
 # The whole-core run at 7d8972a (docs/mutation.md): the tree's carve and counters.
 
 
-def _reserve(ledger: Ledger, node: str, want: Amounts = ONE_REQUEST) -> tuple[Ledger, int]:
+def _reserve(
+    ledger: Ledger, node: str, want: Amounts = ONE_REQUEST
+) -> tuple[Ledger, b.Reservation]:
     result = b.reserve(ledger, node, want, want, 0)
     assert not isinstance(result, Exhausted)
-    return result[0], result[1].id
+    return result
 
 
 def test_budget_8_reservation_ids_stay_distinct_across_every_ledger_operation() -> None:
@@ -177,9 +180,9 @@ def test_budget_8_reservation_ids_stay_distinct_across_every_ledger_operation() 
     for step in steps:
         ledger, grant = _reserve(step(ledger), "root")
         ids.append(grant)
-    assert len(set(ids)) == len(ids)
+    assert len({grant.id for grant in ids}) == len(ids)
     assert len(ledger.reservations) == len(ids) - 1  # one settled: none overwritten
-    assert ledger.reservations[first].id == first
+    assert ledger.reservations[first.id] == first
 
 
 def test_budget_3_a_payers_carve_survives_its_own_reservations_and_settlements() -> None:
@@ -235,7 +238,7 @@ def test_budget_10_a_join_keeps_the_nodes_parent_deadline_and_reservations() -> 
         ("kid", None, None),
         100,
         open_children=0,
-        outstanding=1,
+        outstanding=PMap({grant.id: grant}),
     )
     assert _refusal(b.close, ledger, "kid")[0] is ErrorCode.ILLEGAL_TRANSITION
     assert b.reserve(ledger, "kid", ONE_REQUEST, ONE_REQUEST, 100) == Exhausted(
@@ -265,3 +268,38 @@ def test_budget_16_a_stored_input_token_cap_folds_its_remaining() -> None:
         SessionEvent(BUDGET_CHARGED, 1, 0.0, charged_data(Amounts(1, 30, 2))),
     ]
     assert stored_remaining(events) == Budget(input_tokens=70)
+
+
+ONE_EACH = Amounts(1, 1, 1)
+
+
+# Issue 25's third round (reserve's inline grant, its whole-grant shortcut, the lookups
+# inlined in reserve, join and leave).
+
+
+def test_budget_6_a_partial_grant_is_what_was_granted_never_the_want() -> None:
+    caps = Budget(model_requests=9, input_tokens=3, output_tokens=9)
+    result = b.reserve(b.open_root(Ledger(), "a", caps, 0), "a", Amounts(1, 5, 3), ONE_EACH, 0)
+    assert not isinstance(result, Exhausted)
+    assert result[1].granted == Amounts(1, 3, 3)
+    caps = Budget(model_requests=1, input_tokens=9, output_tokens=9)
+    result = b.reserve(b.open_root(Ledger(), "b", caps, 0), "b", Amounts(2, 1, 3), ONE_EACH, 0)
+    assert not isinstance(result, Exhausted)
+    assert result[1].granted == Amounts(1, 1, 3)
+
+
+def test_budget_3_a_payers_carve_bounds_its_own_grants() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(output_tokens=5), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(output_tokens=4), 0)
+    want, least = Amounts(output_tokens=5), Amounts(output_tokens=1)
+    result = b.reserve(ledger, "root", want, least, 0)
+    assert not isinstance(result, Exhausted)
+    assert result[1].granted.output_tokens == 1
+
+
+def test_budget_8_reserve_join_and_leave_name_an_unknown_node() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=1), 0)
+    refused = (ErrorCode.NOT_FOUND, "node", "no open budget node 'nobody'")
+    assert _refusal(b.reserve, ledger, "nobody", ONE_REQUEST, ONE_REQUEST, 0) == refused
+    assert _refusal(b.join, ledger, "nobody", 0) == refused
+    assert _refusal(b.leave, ledger, "nobody") == refused

@@ -249,13 +249,13 @@ def test_budget_8_settling_twice_or_closing_early_is_refused_naming_the_field() 
             "node",
             "budget node 'root' still has 1 reservations and 0 open children",
         )
-        assert _refusal(b.settle, ledger, grant.id, Amounts(input_tokens=-2)) == (
+        assert _refusal(b.settle, ledger, grant, Amounts(input_tokens=-2)) == (
             ErrorCode.INVALID_ARGUMENT,
             "used.input_tokens",
             "used.input_tokens: must be non-negative, got -2",
         )
-        ledger = b.settle(ledger, grant.id, ONE_REQUEST)
-        assert _refusal(b.settle, ledger, grant.id, None) == (
+        ledger = b.settle(ledger, grant, ONE_REQUEST)
+        assert _refusal(b.settle, ledger, grant, None) == (
             ErrorCode.ILLEGAL_TRANSITION,
             "reservation",
             f"reservation {grant.id} is not outstanding",

@@ -13,7 +13,9 @@ Theory of operation
 3. A start with a ``budget`` (or under a budgeted parent) carves its node before anything
    is created (``carve``): a child of an unbudgeted parent gets its own root, and a child
    that asks for no caps of a budgeted parent opens no node: it joins its parent's
-   (``core.budget.join``), metering through it, and has no caps to record. The
+   (``core.budget.join``), metering through it, and has no caps to record. (A node the
+   book never closes, a root the host set, with no deadline, needs no count of joined
+   children and no deadline check: a child sharing it meters through it without a join.) The
    ``ChildBudget`` attaches the child agent in its unpublished window (``attach``), or is
    closed (once) when the start fails or, by the provider, in the span that settles the
    one-shot child's result, returning the unused part.
@@ -73,6 +75,10 @@ _NAMES: Final = tuple(dimension.value for dimension in core.DIMENSIONS)
 """The ``Budget`` field names, in order."""
 _ONE_REQUEST: Final = Amounts(1)
 """The charge of a request whose model reported no usage."""
+_make: Final = tuple.__new__
+"""Builds a named tuple without its class's Python ``__new__`` (``core.budget`` rule 11)."""
+_DEFAULT_WANT: Final = Amounts(1, 1, DEFAULT_OUTPUT_RESERVATION)
+"""What a request of an agent that sets no ``max_tokens`` wants (rule 4)."""
 
 
 def check_budget(value: object, field: str) -> Budget | None:
@@ -101,6 +107,11 @@ class BudgetBook:
         self._live: dict[SessionId, Agent] = {}  # each metered agent while it is live
         self._caps: dict[str, Budget] = {}  # the caps each node records (wall time included)
         self._recorded: dict[str, Budget] = {}  # the caps last written to its log
+        # The nodes with a deadline: the core reads ``now_ms`` only against one, so the
+        # clock is read only for these (a node gets a deadline when it opens, or never).
+        self._timed: set[str] = set()
+        self._free_output: set[str] = set()  # the nodes paying no output cap (fixed at open)
+        self._kept: set[str] = set()  # the roots the host set: never closed (rule 3)
 
     def _now(self) -> int:
         """The clock in whole ms (``carve`` and ``admit``, a delegation's path, read it inline)."""
@@ -115,6 +126,8 @@ class BudgetBook:
         if node is None:
             node = agent.id
             self.ledger = core.open_root(self.ledger, node, budget, self._now())
+            self._opened(node)
+            self._kept.add(node)
             self._caps[node] = budget
             record = fold_budget(agent.session.events)
             self.ledger = core.charge(self.ledger, node, record.consumed)
@@ -190,18 +203,28 @@ class BudgetBook:
         """Open ``node`` before its child exists; None when neither it nor its parent is
         budgeted."""
         above = None if parent is None else self._node_of.get(parent)
-        if above is None and asked is None:
-            return None
-        now = int(self._clock())
         if above is None:
-            self.ledger = core.open_root(self.ledger, node, asked or _SHARED, now)
+            if asked is None:
+                return None
+            self.ledger = core.open_root(self.ledger, node, asked, int(self._clock()))
         elif asked is None or asked == _SHARED:  # its node would be its parent's (rule 3)
+            if above in self._kept and above not in self._timed:  # nothing to count or check
+                return ChildBudget(self, above, shared=True, joined=False)
+            now = int(self._clock()) if above in self._timed else 0
             self.ledger = core.join(self.ledger, above, now)
             return ChildBudget(self, above, shared=True)
         else:
-            self.ledger = core.open_child(self.ledger, above, node, asked, now)
+            self.ledger = core.open_child(self.ledger, above, node, asked, int(self._clock()))
+        self._opened(node)
         self._caps[node] = _caps_of(self.ledger, node, asked or _SHARED)
         return ChildBudget(self, node)
+
+    def _opened(self, node: str) -> None:
+        opened = self.ledger.nodes[node]
+        if opened.deadline_ms is not None:
+            self._timed.add(node)
+        if opened.payers[2] is None:
+            self._free_output.add(node)
 
     def restore(self, agent: Agent, parent: SessionId | None) -> None:
         """Meter a resumed child: its open node, or one reopened from its log (rule 3)."""
@@ -220,11 +243,19 @@ class BudgetBook:
             return
         self.attach(node, agent, own=self._bound.get(node) == agent.id)
 
-    def attach(self, node: str, agent: Agent, *, own: bool) -> None:
-        """Meter ``agent`` through ``node`` and record the caps of a node it ``own``s (in the
-        unpublished window)."""
-        uninstall = _meter_installer(agent)(self)
-        agent_id = agent.id
+    def attach(
+        self, node: str, agent: Agent, *, own: bool, agent_id: SessionId | None = None
+    ) -> None:
+        """Meter ``agent`` (whose id is ``agent_id``, when the caller has it) through ``node``
+        and record the caps of a node it ``own``s (in the unpublished window)."""
+        install: Callable[[StepMeter], Unsubscribe] | None = getattr(agent, "install_meter", None)
+        # an attribute check: ``isinstance`` against the runtime-checkable ``MeteredAgent``
+        # costs more than the rest of a delegation's metering
+        if not callable(install):
+            raise _unmetered(agent)
+        uninstall = install(self)
+        if agent_id is None:
+            agent_id = agent.id
         self._node_of[agent_id] = node
         self._live[agent_id] = agent
 
@@ -238,11 +269,13 @@ class BudgetBook:
             self._bound[node] = agent_id
             self._record(node, agent)
 
-    def leave(self, node: str, agent: SessionId | None) -> None:
-        """End a joined child's metering through its parent's ``node`` (rule 3)."""
+    def leave(self, node: str, agent: SessionId | None, *, joined: bool = True) -> None:
+        """End a sharing child's metering through its parent's ``node`` (rule 3), and its
+        ``join`` if it made one."""
         if agent is not None and self._node_of.get(agent) == node:
             del self._node_of[agent]
-        self.ledger = core.leave(self.ledger, node)
+        if joined:
+            self.ledger = core.leave(self.ledger, node)
 
     def close(self, node: str) -> None:
         """Close a settled child's node, returning its unused part (best effort)."""
@@ -253,6 +286,8 @@ class BudgetBook:
         self._recorded.pop(node, None)
         try:
             self.ledger = core.close(self.ledger, node)
+            self._timed.discard(node)
+            self._free_output.discard(node)
         except SubagentError as error:  # open descendants keep its carve until they close
             _log.debug("budget node %s stays open: %s", node, error)
 
@@ -266,9 +301,9 @@ class BudgetBook:
 
     def admit(self, agent: SessionId, max_tokens: int | None) -> StepGrant:
         node = self._node_of[agent]
-        output = max_tokens or DEFAULT_OUTPUT_RESERVATION
-        want = Amounts(1, 1, output)
-        granted = core.reserve(self.ledger, node, want, core.MINIMAL_REQUEST, int(self._clock()))
+        want = _DEFAULT_WANT if not max_tokens else Amounts(1, 1, max_tokens)
+        now = int(self._clock()) if node in self._timed else 0
+        granted = core.reserve(self.ledger, node, want, core.MINIMAL_REQUEST, now)
         if isinstance(granted, Exhausted):
             name = granted.dimension.value
             raise SubagentError(
@@ -277,36 +312,30 @@ class BudgetBook:
                 field=f"budget.{name}",
             )
         self.ledger, reservation = granted
-        capped = self.ledger.nodes[node].payers[2] is not None
-        cap = reservation.granted.output_tokens if capped else max_tokens
-        return StepGrant(reservation.id, cap)
+        free = node in self._free_output  # no output cap: the request keeps its own
+        cap = max_tokens if free else reservation.granted.output_tokens
+        return _make(StepGrant, (reservation, cap))
 
     def settle(
         self, agent: SessionId, grant: StepGrant, usage: Usage | None, *, ok: bool
     ) -> JsonObject | None:
         if not ok:
-            used = self.ledger.reservations[grant.ticket].granted  # the whole grant
+            used = grant.ticket.granted  # the whole grant
         elif usage is None:
             used = _ONE_REQUEST
         else:
-            used = Amounts(1, usage.input_tokens, usage.output_tokens)
+            used = _make(Amounts, (1, usage.input_tokens, usage.output_tokens))
         self.ledger = core.settle(self.ledger, grant.ticket, used)
         # the agent records the charge in this span (rule 1); a detached one records nothing
         return charged_data(used) if agent in self._live else None
 
 
-def _meter_installer(agent: Agent) -> Callable[[StepMeter], Unsubscribe]:
-    """``agent``'s ``install_meter``, or ``UNSUPPORTED_CAPABILITY`` (an attribute check: an
-    ``isinstance`` against the runtime-checkable ``MeteredAgent`` costs more than the rest
-    of a delegation's metering)."""
-    install: Callable[[StepMeter], Unsubscribe] | None = getattr(agent, "install_meter", None)
-    if not callable(install):
-        raise SubagentError(
-            ErrorCode.UNSUPPORTED_CAPABILITY,
-            f"agent {agent.id} cannot meter its model requests",
-            field="budget",
-        )
-    return install
+def _unmetered(agent: Agent) -> SubagentError:
+    return SubagentError(
+        ErrorCode.UNSUPPORTED_CAPABILITY,
+        f"agent {agent.id} cannot meter its model requests",
+        field="budget",
+    )
 
 
 def _caps_of(ledger: Ledger, node: str, asked: Budget) -> Budget:
@@ -315,21 +344,24 @@ def _caps_of(ledger: Ledger, node: str, asked: Budget) -> Budget:
 
 
 class ChildBudget:
-    """A carved node waiting for its child agent, or the parent's node a child joined
-    (``shared``, rule 3)."""
+    """A carved node waiting for its child agent, or the parent's node a child shares
+    (``shared``; ``joined`` unless the node needs no join, rule 3)."""
 
-    __slots__ = ("_agent", "_closed", "book", "node", "shared")
+    __slots__ = ("_agent", "_closed", "book", "joined", "node", "shared")
 
-    def __init__(self, book: BudgetBook, node: str, *, shared: bool = False) -> None:
+    def __init__(
+        self, book: BudgetBook, node: str, *, shared: bool = False, joined: bool = True
+    ) -> None:
         self.book = book
         self.node = node
         self.shared = shared
+        self.joined = joined
         self._agent: SessionId | None = None
         self._closed = False
 
     def attach(self, agent: Agent) -> None:
-        self._agent = agent.id
-        self.book.attach(self.node, agent, own=not self.shared)
+        self._agent = agent_id = agent.id
+        self.book.attach(self.node, agent, own=not self.shared, agent_id=agent_id)
 
     def close(self) -> None:
         """Close (or leave) the node once; a repeat is a no-op (a failed start may settle
@@ -338,7 +370,7 @@ class ChildBudget:
             return
         self._closed = True
         if self.shared:
-            self.book.leave(self.node, self._agent)
+            self.book.leave(self.node, self._agent, joined=self.joined)
         else:
             self.book.close(self.node)
 

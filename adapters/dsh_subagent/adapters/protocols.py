@@ -22,11 +22,12 @@ import builtins
 import enum
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final, Protocol, TypeVar, runtime_checkable
+from typing import Final, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
 from dsh_subagent.adapters.signals import AbortSignal, Emitter, Scope, Subscribable, Unsubscribe
+from dsh_subagent.core.budget import Reservation
 from dsh_subagent.core.residency import AgentStatus as AgentStatus  # noqa: PLC0414 (re-export)
 from dsh_subagent.core.values import (
     USER_SOURCE,
@@ -213,11 +214,12 @@ class ModelStep:
     usage: Usage | None = None
 
 
-@attrs.frozen
-class StepGrant:
-    """A model request's admitted reservation: settle it exactly once."""
+class StepGrant(NamedTuple):
+    """A model request's admitted reservation: settle it exactly once (a named tuple: one
+    per metered request)."""
 
-    ticket: int
+    ticket: Reservation
+    """The reservation, handed back to the meter's ``settle``."""
     max_tokens: int | None = None
     """The output cap the request must be sent with (None: uncapped)."""
 

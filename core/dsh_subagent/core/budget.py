@@ -23,11 +23,14 @@ Theory of operation
    passed deadline counts as wall time). The adapter calls this inside the no-await span
    that admits the model request, so concurrent siblings see each other's reservations
    and can never together overshoot.
-5. **Settlement.** ``settle`` releases a reservation and charges the usage the model
-   reported. Usage beyond a grant is charged too (never hidden); the invariant below then
-   holds for every dimension whose grants bound the usage (model requests always; output
-   tokens when ``max_tokens`` is capped at the grant). An aborted request whose usage is
-   unknown settles with its whole grant.
+5. **Settlement.** ``settle`` takes back the ``Reservation`` value ``reserve`` returned,
+   releases it and charges the usage the model reported. A node keeps its unsettled
+   reservations (``outstanding``, a ``PMap`` by id, O(log) in their number), so a
+   reservation settles exactly once: settled again, forged, or never made there, it is
+   ``ILLEGAL_TRANSITION``. Usage beyond a grant is charged too (never hidden); the
+   invariant below then holds for every dimension whose grants bound the usage (model
+   requests always; output tokens when ``max_tokens`` is capped at the grant). An aborted
+   request whose usage is unknown settles with its whole grant.
 6. **Closing** a node (a settled one-shot child, a released Activation) requires its
    reservations settled and its children closed (child-first teardown). Its own accounts'
    consumption is charged to its payers and their carve is returned, so the unused part
@@ -35,7 +38,8 @@ Theory of operation
 7. **Invariant** (INV-BUDGET-1, checked by ``spec.budget_machine``): for every account,
    ``consumed + reserved + carved <= limit`` whenever usage stays within grants, hence the
    reserved and consumed amounts of a whole subtree never exceed its root's limit.
-8. Pure: the adapter passes ``now_ms``; reservation ids come from a counter in the ledger.
+8. Pure: the adapter passes ``now_ms``; reservation ids come from a counter in the ledger
+   (distinct, so two equal grants of one node are two reservations).
 9. **Restoring and raising.** ``charge`` books usage folded from a log on a reopened node
    (a cold resume) without a reservation. ``raise_caps`` lets the host raise the caps a
    node owns (the extra is carved from its payer like a child's cap, all or nothing) and
@@ -50,6 +54,9 @@ Theory of operation
    ``Ledger``) is a named tuple (immutable, built in one step; an ``Amounts`` indexes by
    a dimension's position in ``COUNTED``): a delegation metered through a shared node
    builds a handful of them, and their construction is most of what budgeting adds to it.
+   ``reserve``, ``settle``, ``join`` and ``leave`` build theirs with ``tuple.__new__``
+   (``_make``: about two thirds of the instructions of a call to the class) and call no
+   ``min``/``max`` builtin (each parses its arguments); ``bench/budget_ops.py`` counts them.
 """
 
 from __future__ import annotations
@@ -78,6 +85,9 @@ DIMENSIONS: Final = (*COUNTED, Dimension.WALL_TIME)
 """Every dimension, in ``Budget`` field order (iterating the enum itself is slow)."""
 COUNTED_NAMES: Final = tuple(dimension.value for dimension in COUNTED)
 """The wire names of ``COUNTED`` (reading an enum's ``value`` costs a descriptor call)."""
+_make: Final = tuple.__new__
+"""``_make(Node, (...))`` builds a named tuple without calling its class's Python
+``__new__`` (rule 11): the hot transitions build theirs this way."""
 
 
 class Amounts(NamedTuple):
@@ -143,7 +153,8 @@ def grant_from(remaining: int, want: int, at_least: int) -> int | None:
     post: __return__ is None or at_least <= __return__ <= want
     post: __return__ is None or __return__ <= max(remaining, 0) or want == 0
     """
-    granted = min(want, max(remaining, 0))
+    # conditionals, not ``min``/``max``: each builtin call parses its arguments (rule 11)
+    granted = want if want <= remaining else (remaining if remaining > 0 else 0)
     return granted if granted >= at_least else None
 
 
@@ -175,24 +186,29 @@ def child_deadline(now_ms: int, asked_ms: int | None, parent_deadline: int | Non
     return own if parent_deadline is None else min(own, parent_deadline)
 
 
+class Reservation(NamedTuple):
+    """A granted reservation, settled exactly once: the caller hands this value back to
+    ``settle``, which finds it among its node's ``outstanding``."""
+
+    id: int
+    node: str
+    granted: Amounts
+
+
+_NONE_OUTSTANDING: Final[PMap[int, Reservation]] = PMap()
+
+
 class Node(NamedTuple):
-    """One open agent: its own accounts, its payers, deadline and what is still open (a
-    named tuple, like ``Account``)."""
+    """One open agent: its own accounts, its payers, deadline and what is still open: its
+    open (and joined) children and its unsettled reservations (a named tuple, like
+    ``Account``)."""
 
     parent: str | None
     own: tuple[Account | None, Account | None, Account | None]
     payers: tuple[str | None, str | None, str | None]
     deadline_ms: int | None
     open_children: int = 0
-    outstanding: int = 0
-
-
-class Reservation(NamedTuple):
-    """A granted reservation, settled exactly once."""
-
-    id: int
-    node: str
-    granted: Amounts
+    outstanding: PMap[int, Reservation] = _NONE_OUTSTANDING
 
 
 @attrs.frozen
@@ -203,12 +219,16 @@ class Exhausted:
 
 
 class Ledger(NamedTuple):
-    """Every open node and every unsettled reservation (a named tuple; its empty maps are
-    shared, as a ``PMap`` never changes)."""
+    """Every open node, each with its unsettled reservations (a named tuple; its empty map
+    is shared, as a ``PMap`` never changes)."""
 
     nodes: PMap[str, Node] = PMap()
-    reservations: PMap[int, Reservation] = PMap()
     next_reservation: int = 0
+
+    @property
+    def reservations(self) -> dict[int, Reservation]:
+        """Every unsettled reservation by id, gathered from the nodes (for reading)."""
+        return {held.id: held for node in self.nodes.values() for held in node.outstanding.values()}
 
 
 def _exhausted(dimension: Dimension, node: str) -> SubagentError:
@@ -222,13 +242,16 @@ def _exhausted(dimension: Dimension, node: str) -> SubagentError:
 def _node(ledger: Ledger, node: str) -> Node:
     found = ledger.nodes.get(node)
     if found is None:
-        raise SubagentError(ErrorCode.NOT_FOUND, f"no open budget node {node!r}", field="node")
+        raise _not_open(node)
     return found
 
 
+def _not_open(node: str) -> SubagentError:
+    return SubagentError(ErrorCode.NOT_FOUND, f"no open budget node {node!r}", field="node")
+
+
 _Edit: TypeAlias = "tuple[Node, list[Account | None], list[int]]"
-"""A node being changed: the node, its new own accounts, its open-children and outstanding
-deltas."""
+"""A node being changed: the node, its new own accounts, its open-children delta (one item)."""
 
 
 def _edit(nodes: PMap[str, Node], edits: dict[str, _Edit], name: str) -> _Edit:
@@ -236,7 +259,7 @@ def _edit(nodes: PMap[str, Node], edits: dict[str, _Edit], name: str) -> _Edit:
     edit = edits.get(name)
     if edit is None:
         found = nodes[name]
-        edit = edits[name] = (found, list(found.own), [0, 0])
+        edit = edits[name] = (found, list(found.own), [0])
     return edit
 
 
@@ -250,7 +273,7 @@ def _own(nodes: PMap[str, Node], edits: dict[str, _Edit], payer: str, index: int
 def _written(nodes: PMap[str, Node], edits: dict[str, _Edit]) -> PMap[str, Node]:
     """``nodes`` with every pending change written: one node built and set per node touched
     (never an ``attrs.evolve`` per account)."""
-    for name, (old, own, (children, outstanding)) in edits.items():
+    for name, (old, own, (children,)) in edits.items():
         nodes = nodes.set(
             name,
             Node(
@@ -259,10 +282,28 @@ def _written(nodes: PMap[str, Node], edits: dict[str, _Edit]) -> PMap[str, Node]
                 old.payers,
                 old.deadline_ms,
                 old.open_children + children,
-                old.outstanding + outstanding,
+                old.outstanding,
             ),
         )
     return nodes
+
+
+def _booked(
+    nodes: PMap[str, Node],
+    name: str,
+    node: Node,
+    own: list[Account | None],
+    outstanding: PMap[int, Reservation],
+) -> PMap[str, Node]:
+    """``nodes`` with a request's node written: its new accounts and unsettled reservations."""
+    accounts = (own[0], own[1], own[2])
+    return nodes.set(
+        name,
+        _make(
+            Node,
+            (node.parent, accounts, node.payers, node.deadline_ms, node.open_children, outstanding),
+        ),
+    )
 
 
 def open_root(ledger: Ledger, node: str, budget: Budget, now_ms: int) -> Ledger:
@@ -286,7 +327,7 @@ def _open(ledger: Ledger, node: str, parent: str | None, asked: Budget, now_ms: 
         up = _node(ledger, parent)
         if up.deadline_ms is not None and now_ms >= up.deadline_ms:
             raise _exhausted(Dimension.WALL_TIME, parent)
-        edits[parent] = (up, list(up.own), [1, 0])  # one more open child
+        edits[parent] = (up, list(up.own), [1])  # one more open child
     nodes = ledger.nodes
     own: list[Account | None] = [None, None, None]
     payers: list[str | None] = [None, None, None] if up is None else list(up.payers)
@@ -313,21 +354,25 @@ def _open(ledger: Ledger, node: str, parent: str | None, asked: Budget, now_ms: 
         payers=(payers[0], payers[1], payers[2]),
         deadline_ms=deadline,
     )
-    return Ledger(
-        _written(nodes, edits).set(node, opened), ledger.reservations, ledger.next_reservation
-    )
+    return Ledger(_written(nodes, edits).set(node, opened), ledger.next_reservation)
 
 
 def reserve(
     ledger: Ledger, node: str, want: Amounts, at_least: Amounts, now_ms: int
 ) -> tuple[Ledger, Reservation] | Exhausted:
-    """Reserve one model request's share for ``node``, all dimensions or none (4)."""
-    opened = _node(ledger, node)
+    """Reserve one model request's share for ``node``, all dimensions or none (4).
+
+    ``now_ms`` is read only against ``node``'s deadline: for a node without one
+    (``deadline_ms`` None) any value will do."""
+    opened = ledger.nodes.get(node)  # not ``_node``: one call fewer on every request
+    if opened is None:
+        raise _not_open(node)
     if opened.deadline_ms is not None and now_ms >= opened.deadline_ms:
         return Exhausted(Dimension.WALL_TIME)
     granted = [0, 0, 0]
     nodes = ledger.nodes
-    edits: dict[str, _Edit] = {node: (opened, list(opened.own), [0, 1])}
+    mine = list(opened.own)  # the accounts ``node`` pays from itself
+    edits: dict[str, _Edit] = {}  # its payers above, if any
     for index, payer in enumerate(opened.payers):
         wanted, least = want[index], at_least[index]
         if not 0 <= least <= wanted:
@@ -338,41 +383,46 @@ def reserve(
         if payer is None:  # uncapped here: nothing to book
             granted[index] = wanted
             continue
-        own = (edits.get(payer) or _edit(nodes, edits, payer))[1]
+        own = mine if payer == node else (edits.get(payer) or _edit(nodes, edits, payer))[1]
         account = own[index]
         assert account is not None, "a payer owns its account"
-        amount = grant_from(account.remaining, wanted, least)
-        if amount is None:
+        limit, consumed, reserved, carved = account
+        left = limit - consumed - reserved - carved
+        # ``grant_from(left, wanted, least)`` inline (a call per dimension costs more than
+        # the rest of its step; ``test_budget_6_reserve_grants_what_grant_from_grants``)
+        amount = wanted if wanted <= left else (left if left > 0 else 0)
+        if amount < least:
             return Exhausted(COUNTED[index])
         granted[index] = amount
-        own[index] = Account(
-            account.limit, account.consumed, account.reserved + amount, account.carved
-        )
-    reservation = Reservation(ledger.next_reservation, node, Amounts(*granted))
-    return (
-        Ledger(
-            _written(nodes, edits),
-            ledger.reservations.set(reservation.id, reservation),
-            ledger.next_reservation + 1,
-        ),
-        reservation,
+        own[index] = _make(Account, (limit, consumed, reserved + amount, carved))
+    whole = granted == [want[0], want[1], want[2]]  # then ``want`` is the grant: no new one
+    reservation = _make(
+        Reservation, (ledger.next_reservation, node, want if whole else _make(Amounts, granted))
     )
+    if edits:
+        nodes = _written(nodes, edits)
+    held = opened.outstanding.set(reservation.id, reservation)
+    nodes = _booked(nodes, node, opened, mine, held)
+    return _make(Ledger, (nodes, ledger.next_reservation + 1)), reservation
 
 
-def settle(ledger: Ledger, reservation: int, used: Amounts | None) -> Ledger:
-    """Release ``reservation`` and charge ``used`` (None: the whole grant, 5)."""
-    held = ledger.reservations.get(reservation)
-    if held is None:
+def settle(ledger: Ledger, reservation: Reservation, used: Amounts | None) -> Ledger:
+    """Release ``reservation`` (the value ``reserve`` returned) and charge ``used`` (None:
+    the whole grant, 5); a reservation not outstanding (settled already, or never made
+    here) is ``ILLEGAL_TRANSITION``."""
+    name = reservation.node
+    opened = ledger.nodes.get(name)
+    if opened is None or opened.outstanding.get(reservation.id) != reservation:
         raise SubagentError(
             ErrorCode.ILLEGAL_TRANSITION,
-            f"reservation {reservation} is not outstanding",
+            f"reservation {reservation.id} is not outstanding",
             field="reservation",
         )
-    grants = held.granted
+    grants = reservation.granted
     spent = grants if used is None else used
     nodes = ledger.nodes
-    opened = nodes[held.node]
-    edits: dict[str, _Edit] = {held.node: (opened, list(opened.own), [0, -1])}
+    mine = list(opened.own)
+    edits: dict[str, _Edit] = {}
     for index, payer in enumerate(opened.payers):
         if spent[index] < 0:
             raise invalid(
@@ -380,18 +430,18 @@ def settle(ledger: Ledger, reservation: int, used: Amounts | None) -> Ledger:
             )
         if payer is None:
             continue
-        own = (edits.get(payer) or _edit(nodes, edits, payer))[1]
+        own = mine if payer == name else (edits.get(payer) or _edit(nodes, edits, payer))[1]
         account = own[index]
         assert account is not None, "a payer owns its account"
-        own[index] = Account(
-            account.limit,
-            account.consumed + spent[index],
-            account.reserved - grants[index],
-            account.carved,
+        limit, consumed, reserved, carved = account
+        own[index] = _make(
+            Account, (limit, consumed + spent[index], reserved - grants[index], carved)
         )
-    return Ledger(
-        _written(nodes, edits), ledger.reservations.remove(reservation), ledger.next_reservation
-    )
+    if edits:
+        nodes = _written(nodes, edits)
+    held = opened.outstanding  # holds ``reservation``: with nothing else, none is left
+    held = _NONE_OUTSTANDING if len(held) == 1 else held.remove(reservation.id)
+    return _make(Ledger, (_booked(nodes, name, opened, mine, held), ledger.next_reservation))
 
 
 def close(ledger: Ledger, node: str) -> Ledger:
@@ -400,13 +450,13 @@ def close(ledger: Ledger, node: str) -> Ledger:
     if opened.outstanding or opened.open_children:
         raise SubagentError(
             ErrorCode.ILLEGAL_TRANSITION,
-            f"budget node {node!r} still has {opened.outstanding} reservations and "
+            f"budget node {node!r} still has {len(opened.outstanding)} reservations and "
             f"{opened.open_children} open children",
             field="node",
         )
     nodes = ledger.nodes.remove(node)
     if opened.parent is None:
-        return Ledger(nodes, ledger.reservations, ledger.next_reservation)
+        return Ledger(nodes, ledger.next_reservation)
     edits: dict[str, _Edit] = {}
     parent = _edit(nodes, edits, opened.parent)
     parent[2][0] -= 1
@@ -421,13 +471,16 @@ def close(ledger: Ledger, node: str) -> Ledger:
             above.reserved,
             above.carved - account.limit,
         )
-    return Ledger(_written(nodes, edits), ledger.reservations, ledger.next_reservation)
+    return Ledger(_written(nodes, edits), ledger.next_reservation)
 
 
 def join(ledger: Ledger, node: str, now_ms: int) -> Ledger:
     """Let a child with no caps of its own meter through ``node`` (rule 10); refused like
-    ``open_child`` once ``node``'s deadline has passed."""
-    opened = _node(ledger, node)
+    ``open_child`` once ``node``'s deadline has passed (``now_ms`` is read only against
+    it: for a node without one any value will do)."""
+    opened = ledger.nodes.get(node)
+    if opened is None:
+        raise _not_open(node)
     if opened.deadline_ms is not None and now_ms >= opened.deadline_ms:
         raise _exhausted(Dimension.WALL_TIME, node)
     return _with_children(ledger, node, opened, 1)
@@ -435,7 +488,9 @@ def join(ledger: Ledger, node: str, now_ms: int) -> Ledger:
 
 def leave(ledger: Ledger, node: str) -> Ledger:
     """End a ``join`` of ``node`` (rule 10)."""
-    opened = _node(ledger, node)
+    opened = ledger.nodes.get(node)
+    if opened is None:
+        raise _not_open(node)
     if not opened.open_children:
         raise SubagentError(
             ErrorCode.ILLEGAL_TRANSITION, f"budget node {node!r} has no open child", field="node"
@@ -444,15 +499,9 @@ def leave(ledger: Ledger, node: str) -> Ledger:
 
 
 def _with_children(ledger: Ledger, name: str, node: Node, delta: int) -> Ledger:
-    changed = Node(
-        node.parent,
-        node.own,
-        node.payers,
-        node.deadline_ms,
-        node.open_children + delta,
-        node.outstanding,
-    )
-    return Ledger(ledger.nodes.set(name, changed), ledger.reservations, ledger.next_reservation)
+    parent, own, payers, deadline, children, outstanding = node
+    changed = _make(Node, (parent, own, payers, deadline, children + delta, outstanding))
+    return _make(Ledger, (ledger.nodes.set(name, changed), ledger.next_reservation))
 
 
 def charge(ledger: Ledger, node: str, used: Amounts) -> Ledger:
@@ -470,7 +519,7 @@ def charge(ledger: Ledger, node: str, used: Amounts) -> Ledger:
         edits[payer][1][index] = Account(
             account.limit, account.consumed + spent, account.reserved, account.carved
         )
-    return Ledger(_written(nodes, edits), ledger.reservations, ledger.next_reservation)
+    return Ledger(_written(nodes, edits), ledger.next_reservation)
 
 
 MINIMAL_REQUEST: Final = Amounts(1, 1, 1)

@@ -56,7 +56,12 @@ CHARGED: Final = "charged"
 def charged_data(used: Amounts) -> JsonObject:
     """The charge of one settled request: a ``budget/charged`` payload or the ``charged`` of
     an ``assistant/message`` (rule 2)."""
-    return dict(zip(COUNTED_NAMES, used, strict=True))
+    requests, input_tokens, output_tokens = used  # a literal: no ``zip`` call per request
+    return {
+        COUNTED_NAMES[0]: requests,
+        COUNTED_NAMES[1]: input_tokens,
+        COUNTED_NAMES[2]: output_tokens,
+    }
 
 
 def _count(data: Mapping[str, JsonValue], key: str, field: str) -> int | None:

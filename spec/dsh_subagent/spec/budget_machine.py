@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from dsh_subagent.core import budget
-from dsh_subagent.core.budget import COUNTED, Amounts, Budget, Exhausted, Ledger
+from dsh_subagent.core.budget import COUNTED, Amounts, Budget, Exhausted, Ledger, Reservation
 from dsh_subagent.core.errors import ErrorCode, SubagentError
 
 _caps = st.one_of(st.none(), st.integers(min_value=0, max_value=12))
@@ -50,6 +50,7 @@ class BudgetMachine(RuleBasedStateMachine):
         self.asked: dict[str, Budget] = {}
         self.parent_of: dict[str, str | None] = {}
         self.grants: dict[int, _Charge] = {}
+        self.held: dict[int, Reservation] = {}  # what ``settle`` is handed back
         self.settled: list[_Charge] = []
         self.names = (f"n{i}" for i in itertools.count())
         self.now = 0
@@ -117,22 +118,23 @@ class BudgetMachine(RuleBasedStateMachine):
             return
         self.ledger, reservation = result
         self.grants[reservation.id] = _Charge(self._path(node), reservation.granted)
+        self.held[reservation.id] = reservation
 
     @precondition(lambda self: bool(self.grants))
     @rule(data=st.data(), aborted=st.booleans())
     def settle(self, data: st.DataObject, aborted: bool) -> None:
         rid = data.draw(st.sampled_from(sorted(self.grants)), label="reservation")
-        charge = self.grants.pop(rid)
+        charge, reservation = self.grants.pop(rid), self.held.pop(rid)
         granted = charge.amounts
         if aborted:
             used = granted
-            self.ledger = budget.settle(self.ledger, rid, None)
+            self.ledger = budget.settle(self.ledger, reservation, None)
         else:
             used = Amounts(
                 model_requests=data.draw(st.integers(0, granted.model_requests)),
                 output_tokens=data.draw(st.integers(0, granted.output_tokens)),
             )
-            self.ledger = budget.settle(self.ledger, rid, used)
+            self.ledger = budget.settle(self.ledger, reservation, used)
         self.settled.append(_Charge(charge.path, used))
 
     @rule(data=st.data())

@@ -704,7 +704,7 @@ class ReferenceAgent:
         if self._meter is None:
             return None
         try:
-            return self._meter.admit(self.id, self.options.max_tokens)
+            return self._meter.admit(self.session.id, self.options.max_tokens)
         except SubagentError as exc:
             if exc.code is not ErrorCode.BUDGET_EXHAUSTED:
                 raise
