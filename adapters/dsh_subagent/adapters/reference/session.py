@@ -32,7 +32,9 @@ Theory of operation
    write forgets it (the next write asks). An announced session whose stored length is
    known is also written as it grows: an append schedules a write ``interval`` seconds
    later (default 5 ms; ``0`` the next tick) unless one is due or queued, and the writes of
-   one tick share one commit in a batching backend (DUR-2, DUR-3); a growth write that
+   one tick share one commit in a batching backend (DUR-2, DUR-3). A write that starts
+   leaves a due timer armed (no cancel and re-arm per commit): when it fires it asks for a
+   write only if the log may hold events no write took (``_Log.taken``); a growth write that
    fails is not reported, the next flush (a barrier: it awaits what is queued, then writes
    the rest) finds whether the log is stored. The binding holds sessions weakly: a finished
    child's log is not kept alive by it, yet a commit after it left the store still knows
@@ -490,9 +492,10 @@ class PersistenceBinding:
     def _start(self, session: LiveSession, log: _Log) -> None:
         done, log.queued = log.queued, None
         assert done is not None
-        if log.timer is not None:  # this write takes everything the log has now
-            log.timer.cancel()
-            log.timer = None
+        # This write takes at least every event the log has now; a due timer stays armed
+        # (``_due`` then finds whether anything is left for it), so a commit per append
+        # costs no timer cancelled and armed again (rule 6).
+        log.taken = session.seq
         log.running = done
         asyncio.get_running_loop().create_task(self._write(session, log, done))
 
@@ -542,6 +545,9 @@ class PersistenceBinding:
 
     def _due(self, session: LiveSession, log: _Log) -> None:
         log.timer = None
+        seq = session.seq
+        if log.queued is not None or (log.stored if log.running is None else log.taken) == seq:
+            return  # the write queued or the one in flight takes every event, or all are stored
         self._request(session)  # a failure is kept for the next flush to find
 
     def _retire(self, session: LiveSession) -> None:
@@ -568,9 +574,11 @@ class _Grew:
 @attrs.define(eq=False)
 class _Log:
     """What the binding knows of one session: the stored length (None: ask), the write in
-    flight and the one queued behind it."""
+    flight and the one queued behind it, and the log's length when the last write started
+    (that write takes at least those events)."""
 
     stored: int | None
+    taken: int = 0
     running: asyncio.Future[None] | None = None
     queued: asyncio.Future[None] | None = None
     timer: asyncio.TimerHandle | asyncio.Handle | None = None
