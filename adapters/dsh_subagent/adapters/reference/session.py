@@ -48,7 +48,8 @@ import math
 import posixpath
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final
+from operator import attrgetter
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
@@ -178,9 +179,15 @@ class LiveSession:
     def header(self) -> SessionHeader:
         return self._header
 
-    @property
-    def id(self) -> SessionId:
-        return self._header.id
+    if TYPE_CHECKING:
+
+        @property
+        def id(self) -> SessionId: ...
+
+    else:
+        # A property whose getter is C (``attrgetter``): no Python frame per read, and an
+        # acceptance reads it several times (issue 19).
+        id = property(attrgetter("_header.id"), doc="The session's id (its header's).")
 
     @property
     def events(self) -> tuple[SessionEvent, ...]:
@@ -509,7 +516,14 @@ class PersistenceBinding:
                     f"stored log of {session.id!r} is longer than the live log",
                     field="session",
                 )
-            log.stored = await _store_after(self._persistence, session, log.stored)
+            # The events after the stored ones (the whole row when none is stored yet); the
+            # tail alone is copied: a write costs its new events.
+            count, length = log.stored, session.seq
+            if count < 0:
+                await self._persistence.create(session.header, session.events)
+            elif count < length:
+                await self._persistence.append(session.id, session.events_after(count))
+            log.stored = length
         except BaseException as error:  # the awaiters learn it; the next write asks again
             log.stored = None
             done.set_exception(error)
@@ -568,7 +582,9 @@ class _Grew:
         self._log = log
 
     def __call__(self, _event: SessionEvent) -> None:
-        self._binding._grew(self._session, self._log)
+        log = self._log
+        if log.timer is None and log.queued is None:  # else a write is due or queued already
+            self._binding._grew(self._session, log)
 
 
 @attrs.define(eq=False)
@@ -612,17 +628,6 @@ def bind_persistence(
     ):
         raise invalid("interval", "must be a number of seconds >= 0, or None")
     return PersistenceBinding(store, persistence, interval)
-
-
-async def _store_after(persistence: SessionPersistence, session: LiveSession, count: int) -> int:
-    """Store the events after the first ``count`` (the whole row when ``count`` is -1);
-    returns the log length now stored."""
-    length = session.seq  # the tail alone is copied: a write costs its new events
-    if count < 0:
-        await persistence.create(session.header, session.events)
-    elif count < length:
-        await persistence.append(session.id, session.events_after(count))
-    return length
 
 
 async def _stored_length(persistence: SessionPersistence, session: LiveSession) -> int:
