@@ -12,7 +12,9 @@ Theory of operation
 2. A figure is the difference of two runs divided by the units between them, so imports,
    the world's setup and the warm-up cancel: W1 = (200 delegations - 0) / 200; W2 = (a fan-out
    of 400 held children - none) / 400; W4 = (a 1,000-node tree built and drained - built
-   only) / 1,000, the drain's cost per node.
+   only) / 1,000, the drain's cost per node; ACC = (2,000 follow-ups accepted durably by
+   100 concurrent senders on SQLite - 500) / 1,500 (all threads: the loop, the SQLite
+   connection's, the group commit; trees that have ``bench/acceptance_callgrind.py``).
 3. Instruction counts do not depend on the machine's load, so trees can be compared on a
    shared machine where wall and CPU time cannot; they do not see time spent waiting (IO,
    fsync), and a cyclic collection falling inside one run but not the other moves a figure
@@ -46,6 +48,7 @@ FIGURES = {
     "W1": Figure("Ir per delegation", ("W1", 200), ("W1", 0), 200),
     "W2": Figure("Ir per held child", ("W2", 400), ("W2", 0), 400),
     "W4": Figure("Ir per drained node (1k tree)", ("W4", 1000), ("W4_build", 1000), 1000),
+    "ACC": Figure("Ir per accepted follow-up (100 senders)", ("ACC", 2000), ("ACC", 500), 1500),
 }
 
 
@@ -124,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rev", action="append", required=True, help="git revision (repeat)")
     parser.add_argument("--figure", action="append", choices=sorted(FIGURES), help="(repeat)")
     args = parser.parse_args(argv)
-    names = args.figure or sorted(FIGURES)
+    names = args.figure or ["W1", "W2", "W4"]  # ACC only when asked (newer trees only)
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="dsh-instructions-") as scratch:
         for rev in args.rev:

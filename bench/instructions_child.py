@@ -8,7 +8,10 @@ have had the same shape since ``a48deee``, so one body measures old and new tree
 * ``W1``: N sequential one-shot delegations, each started, collected and disposed;
 * ``W2``: one fan-out of N one-shot children held at a barrier until all are in flight;
 * ``W4_build``: a live depth-4 tree of N held continuable children, built and left;
-* ``W4``: the same tree built, then drained child-first.
+* ``W4``: the same tree built, then drained child-first;
+* ``ACC``: ``bench.acceptance``'s world (``bench.acceptance_callgrind``: 100 concurrent senders
+  round-robin over 20 held children on SQLite with ``synchronous=FULL``), N follow-ups sent
+  and each acknowledged once durable (trees since ``e3ab237``'s successor, issue 19).
 
 It prints nothing and exits straight after the body (no loop or interpreter shutdown): the
 caller reads the instruction count from callgrind's output file.
@@ -19,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench import workloads
@@ -61,7 +66,14 @@ async def w4(n: int) -> None:
     await world.service.drain_continuable()
 
 
-BODIES = {"W1": w1, "W2": w2, "W4_build": w4_build, "W4": w4}
+async def acc(n: int) -> None:
+    from bench.acceptance_callgrind import send  # not in trees before issue 19's driver
+
+    with tempfile.TemporaryDirectory(prefix="dsh-acc-") as folder:
+        await send(n, 100, 20, Path(folder), None)
+
+
+BODIES = {"W1": w1, "W2": w2, "W4_build": w4_build, "W4": w4, "ACC": acc}
 
 
 async def run_and_exit(body: str, units: int) -> None:
