@@ -30,11 +30,13 @@ Theory of operation
    concurrent commits of one session share a write. The stored length is known without a
    read when the binding wrote the log or it was restored from this persistence; a failed
    write forgets it (the next write asks). An announced session whose stored length is
-   known is also written as it grows: an append schedules a write ``interval`` seconds
-   later (default 5 ms; ``0`` the next tick) unless one is due or queued, and the writes of
-   one tick share one commit in a batching backend (DUR-2, DUR-3). A write that starts
-   leaves a due timer armed (no cancel and re-arm per commit): when it fires it asks for a
-   write only if the log may hold events no write took (``_Log.taken``); a growth write that
+   known is also written as it grows: an append makes the session due (unless it is due or
+   a write is queued already), and the binding's one timer, armed by the first due session
+   for ``interval`` seconds (default 5 ms; ``0`` the next tick), writes every due session
+   when it fires, so each append is written within ``interval`` and the writes of one firing
+   share one commit in a batching backend (DUR-2, DUR-3). A write that starts leaves its
+   session due (no timer cancelled and armed again per commit): the firing asks for a write
+   only if the log may hold events no write took (``_Log.taken``); a growth write that
    fails is not reported, the next flush (a barrier: it awaits what is queued, then writes
    the rest) finds whether the log is stored. The binding holds sessions weakly: a finished
    child's log is not kept alive by it, yet a commit after it left the store still knows
@@ -462,6 +464,9 @@ class PersistenceBinding:
         # Weak: a finished session's log is not kept alive by the binding (HARNESS-19), yet a
         # commit after it left the store still knows what is stored (DUR-4).
         self._logs: weakref.WeakKeyDictionary[LiveSession, _Log] = weakref.WeakKeyDictionary()
+        # The sessions due for a growth write, and the one timer that writes them (rule 6).
+        self._due_logs: list[tuple[LiveSession, _Log]] = []
+        self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
         self._detachers = (
             store.on_flush(self._request),
             store.created.subscribe(self._observe),
@@ -473,6 +478,10 @@ class PersistenceBinding:
             detach()
         for log in list(self._logs.values()):
             log.quiet()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._due_logs = []
 
     def _request(self, session: LiveSession) -> asyncio.Future[None]:
         """The flush listener: the write queued behind the one in flight (it starts when
@@ -499,7 +508,7 @@ class PersistenceBinding:
     def _start(self, session: LiveSession, log: _Log) -> None:
         done, log.queued = log.queued, None
         assert done is not None
-        # This write takes at least every event the log has now; a due timer stays armed
+        # This write takes at least every event the log has now; a due session stays due
         # (``_due`` then finds whether anything is left for it), so a commit per append
         # costs no timer cancelled and armed again (rule 6).
         log.taken = session.seq
@@ -544,25 +553,35 @@ class PersistenceBinding:
             log.unobserve = session.observe(_Grew(self, session, log))
 
     def _grew(self, session: LiveSession, log: _Log) -> None:
-        if log.timer is not None or log.queued is not None or log.stored is None:
-            return  # a write is due or queued already; or the stored length is not known
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop: the next flush writes it
-            return
-        interval = self._interval
-        assert interval is not None
-        if interval == 0:
-            log.timer = loop.call_soon(self._due, session, log)
-        else:
-            log.timer = loop.call_later(interval, self._due, session, log)
+        if log.due or log.queued is not None or log.stored is None:
+            return  # due or queued already; or the stored length is not known
+        timer = self._timer
+        if timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop: the next flush writes it
+                return
+            interval = self._interval
+            assert interval is not None
+            if interval == 0:
+                timer = loop.call_soon(self._due)
+            else:
+                timer = loop.call_later(interval, self._due)
+            self._timer = timer
+        log.due = True
+        self._due_logs.append((session, log))
 
-    def _due(self, session: LiveSession, log: _Log) -> None:
-        log.timer = None
-        seq = session.seq
-        if log.queued is not None or (log.stored if log.running is None else log.taken) == seq:
-            return  # the write queued or the one in flight takes every event, or all are stored
-        self._request(session)  # a failure is kept for the next flush to find
+    def _due(self) -> None:
+        self._timer = None
+        due, self._due_logs = self._due_logs, []
+        for session, log in due:
+            log.due = False
+            if log.unobserve is None:
+                continue  # quiet since: disposed, or the store unbound
+            seq = session.seq
+            if log.queued is not None or (log.stored if log.running is None else log.taken) == seq:
+                continue  # the queued or running write takes every event, or all are stored
+            self._request(session)  # a failure is kept for the next flush to find
 
     def _retire(self, session: LiveSession) -> None:
         log = self._logs.get(session)
@@ -583,31 +602,28 @@ class _Grew:
 
     def __call__(self, _event: SessionEvent) -> None:
         log = self._log
-        if log.timer is None and log.queued is None:  # else a write is due or queued already
+        if not log.due and log.queued is None:  # else a write is due or queued already
             self._binding._grew(self._session, log)
 
 
 @attrs.define(eq=False)
 class _Log:
     """What the binding knows of one session: the stored length (None: ask), the write in
-    flight and the one queued behind it, and the log's length when the last write started
-    (that write takes at least those events)."""
+    flight and the one queued behind it, the log's length when the last write started (that
+    write takes at least those events), and whether it waits for the binding's growth timer."""
 
     stored: int | None
     taken: int = 0
     running: asyncio.Future[None] | None = None
     queued: asyncio.Future[None] | None = None
-    timer: asyncio.TimerHandle | asyncio.Handle | None = None
+    due: bool = False
     unobserve: Unsubscribe | None = None
 
     def quiet(self) -> None:
         """Stop writing as the log grows (a disposed session, an unbound store)."""
         if self.unobserve is not None:
             self.unobserve()
-            self.unobserve = None
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+            self.unobserve = None  # a due write of it is skipped (``_due``)
 
 
 def bind_persistence(
