@@ -464,8 +464,9 @@ class PersistenceBinding:
         # Weak: a finished session's log is not kept alive by the binding (HARNESS-19), yet a
         # commit after it left the store still knows what is stored (DUR-4).
         self._logs: weakref.WeakKeyDictionary[LiveSession, _Log] = weakref.WeakKeyDictionary()
-        # The sessions due for a growth write, and the one timer that writes them (rule 6).
-        self._due_logs: list[tuple[LiveSession, _Log]] = []
+        # The sessions due for a growth write (a disposed one leaves at once), and the one
+        # timer that writes them (rule 6).
+        self._due_logs: dict[_Log, LiveSession] = {}
         self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
         self._detachers = (
             store.on_flush(self._request),
@@ -481,7 +482,7 @@ class PersistenceBinding:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._due_logs = []
+        self._due_logs = {}
 
     def _request(self, session: LiveSession) -> asyncio.Future[None]:
         """The flush listener: the write queued behind the one in flight (it starts when
@@ -569,12 +570,12 @@ class PersistenceBinding:
                 timer = loop.call_later(interval, self._due)
             self._timer = timer
         log.due = True
-        self._due_logs.append((session, log))
+        self._due_logs[log] = session
 
     def _due(self) -> None:
         self._timer = None
-        due, self._due_logs = self._due_logs, []
-        for session, log in due:
+        due, self._due_logs = self._due_logs, {}
+        for log, session in due.items():
             log.due = False
             if log.unobserve is None:
                 continue  # quiet since: disposed, or the store unbound
@@ -587,6 +588,8 @@ class PersistenceBinding:
         log = self._logs.get(session)
         if log is not None:
             log.quiet()
+            if self._due_logs.pop(log, None) is not None:  # not kept until the timer fires
+                log.due = False
 
 
 class _Grew:
