@@ -25,6 +25,9 @@ measures old and new trees alike; ``W1_budget`` needs ``W1_BUDGET``, issue 25's)
   started, then drained; ``W6_build`` / ``W6``: the same as a chain of depth N (W6's and W7's
   shapes as ``bench.workloads.held_shape`` starts them, without its ``gc.collect()`` calls,
   which would add full collections of their own). N = 0 starts the world and its parent only.
+* ``ACC``: ``bench.acceptance``'s world (``bench.acceptance_callgrind``: 100 concurrent senders
+  round-robin over 20 held children on SQLite with ``synchronous=FULL``), N follow-ups sent
+  and each acknowledged once durable (trees since ``e3ab237``'s successor, issue 19).
 
 It prints nothing and exits straight after the body (no loop or interpreter shutdown): the
 caller reads the instruction count from callgrind's output file.
@@ -37,6 +40,7 @@ import inspect
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -150,6 +154,13 @@ async def w4(n: int) -> None:
     await world.service.drain_continuable()
 
 
+async def acc(n: int) -> None:
+    from bench.acceptance_callgrind import send  # not in trees before issue 19's driver
+
+    with tempfile.TemporaryDirectory(prefix="dsh-acc-") as folder:
+        await send(n, 100, 20, Path(folder), None)
+
+
 async def _held_shape(n: int, *, chain: bool) -> World:
     model = BenchModel()
     model.hold_until_aborted = True
@@ -196,6 +207,7 @@ BODIES = {
     "W7": w7,
     "W6_build": w6_build,
     "W6": w6,
+    "ACC": acc,
 }
 
 

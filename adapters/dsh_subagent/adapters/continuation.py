@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import os
 from collections.abc import Callable, Sequence
 from typing import Final
@@ -310,7 +311,7 @@ class ContinuationManager:
             child_id,
             queued.content,
             queued.source,
-            lambda: self._identities.followup_authority(queued.authority),
+            functools.partial(self._identities.followup_authority, queued.authority),
         )
 
     def _deliver_queued(self, child_id: SessionId) -> None:

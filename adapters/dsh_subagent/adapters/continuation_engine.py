@@ -315,7 +315,7 @@ class Engine:
         event = FollowupRequested(self.event_id(), child_id, message.id, authority())
         routed = self.route(message, event)
         assert isinstance(routed, Routed)
-        self.tracing.routed(child_id, routed.value)
+        self.tracing.routed(child_id, routed._value_)  # not ``.value``: no Python frame
         if routed is Routed.DELIVERED:
             session = self.children[child_id].handle.agent.session
             return accepted(self.sessions, session, message.id)

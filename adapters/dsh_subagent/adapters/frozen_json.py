@@ -127,24 +127,16 @@ _FAST_DEPTH: Final = 64
 
 
 def _fast_frozen(value: object, depth: int) -> JsonValue:
-    # Exact-type dispatch over the common shapes in one pass (rule 2).
-    if type(value) is str:
-        if not value.isascii():
-            value.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError
-        return value
-    if value is None or type(value) is int or type(value) is bool:
-        return value
-    if type(value) is float and math.isfinite(value):
-        return value
-    if type(value) is _CheckedDict or type(value) is _CheckedList:
-        return value  # certified (rule 3)
-    if depth > _FAST_DEPTH:
-        raise _Unusual
-    if type(value) is dict or type(value) is FrozenDict:
+    # Exact-type dispatch over the common shapes in one pass (rule 2). Containers first: the
+    # members decided inline below never come here, so a call is mostly for a container.
+    kind = type(value)
+    if kind is dict or kind is FrozenDict:
+        if depth > _FAST_DEPTH:
+            raise _Unusual
         if not value:
             return EMPTY
         copied: dict[str, JsonValue] = {}
-        for key, sub in value.items():
+        for key, sub in value.items():  # type: ignore[attr-defined]
             if type(key) is not str or not key.isascii():
                 raise _Unusual
             # The commonest members are decided inline, without a call.
@@ -153,16 +145,28 @@ def _fast_frozen(value: object, depth: int) -> JsonValue:
             else:
                 copied[key] = _fast_frozen(sub, depth + 1)
         return _CheckedDict(copied)
-    if type(value) is list or type(value) is tuple or type(value) is FrozenList:
+    if kind is list or kind is tuple or kind is FrozenList:
+        if depth > _FAST_DEPTH:
+            raise _Unusual
         if not value:
             return _EMPTY_LIST
         members: list[JsonValue] = []  # a loop, not a comprehension: no frame of its own
-        for sub in value:
+        for sub in value:  # type: ignore[attr-defined]
             if (type(sub) is str and sub.isascii()) or type(sub) is int or sub is None:
                 members.append(sub)
             else:
                 members.append(_fast_frozen(sub, depth + 1))
         return _CheckedList(members)
+    if kind is str:
+        if not value.isascii():  # type: ignore[attr-defined]
+            value.encode("utf-8")  # type: ignore[attr-defined]  # a lone surrogate raises
+        return value  # type: ignore[return-value]
+    if value is None or kind is int or kind is bool:
+        return value  # type: ignore[return-value]
+    if kind is float and math.isfinite(value):  # type: ignore[arg-type]
+        return value  # type: ignore[return-value]
+    if kind is _CheckedDict or kind is _CheckedList:
+        return value  # type: ignore[return-value]  # certified (rule 3)
     raise _Unusual
 
 

@@ -152,7 +152,10 @@ class Emitter(_Listeners[P]):
 
     def emit(self, payload: P) -> None:
         """Call every listener; each failure is logged and contained."""
-        _call_contained(self.name, self._snapshot(), payload)
+        held = self._listeners  # ``_snapshot`` inline: an emit per session append
+        if held is not None:
+            listeners = tuple(held.values()) if isinstance(held, dict) else (held,)
+            _call_contained(self.name, listeners, payload)
 
     def emit_vetoable(self, payload: P) -> None:
         """Call every listener; the first raising listener vetoes (its exception propagates)."""

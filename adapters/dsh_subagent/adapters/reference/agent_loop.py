@@ -48,7 +48,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final, Generic, Protocol, TypeVar, assert_never, overload
+from operator import attrgetter
+from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar, assert_never, overload
 
 from dsh_subagent.adapters.protocols import (
     AgentStatus,
@@ -259,7 +260,7 @@ class _Inbox:
         current = self._list(target)
         if start > len(current) or start + removed > len(current):
             raise invalid("start", "splice range outside the list")
-        leaving = {m.id for m in current[start : start + removed]} if inserted else set()
+        leaving = {m.id for m in current[start : start + removed]} if inserted and removed else ()
         arriving: set[MessageId] = set()
         for message in inserted:
             taken = message.id in self._where and message.id not in leaving
@@ -305,12 +306,14 @@ class _Inbox:
         event = self._session.append(
             INBOX_SPLICED,
             wire.splice_data(
-                target.value, start, removed_count=count, inserted=inserted, canceled=canceled
+                target._value_, start, removed_count=count, inserted=inserted, canceled=canceled
             ),
         )
         data = event.data
-        logged = data.get("inserted") if isinstance(data, Mapping) else None
-        if not isinstance(logged, Sequence) or len(logged) != len(inserted):
+        # Exact types, not the ABCs (no Python-level check): a frozen payload is a dict and
+        # its lists are lists; another shape only loses the cached form.
+        logged = data.get("inserted") if isinstance(data, dict) else None
+        if not isinstance(logged, list) or len(logged) != len(inserted):
             logged = ()  # not the shape just logged: encode anew at the claim
         removed = self._apply(target, start, count, inserted, logged)
         for message in removed if canceled else ():
@@ -354,6 +357,7 @@ _MESSAGE_SENT: Final = {
 _MAINTENANCE_REQUESTED: Final = activity.MaintenanceRequested()
 _MAINTENANCE_FINISHED: Final = activity.MaintenanceFinished()
 _DRIVER_FINISHED: Final = activity.DriverFinished()
+_FOLLOWUP_SENT: Final = _MESSAGE_SENT[InboxTarget.NEXT_TURN, True]
 _WAKE_REQUESTED: Final = {after: activity.WakeRequested(after) for after in (False, True)}
 _TURN_ENDED: Final = {pending: activity.TurnEnded(pending) for pending in (False, True)}
 
@@ -465,9 +469,14 @@ class ReferenceAgent:
     def discarded(self) -> Emitter[InboxNotification]:
         return self._inbox.discarded
 
-    @property
-    def id(self) -> SessionId:
-        return self.session.id
+    if TYPE_CHECKING:
+
+        @property
+        def id(self) -> SessionId: ...
+
+    else:
+        # A C getter (``attrgetter``): no Python frame per read (issue 19).
+        id = property(attrgetter("session.id"), doc="The agent's id: its session's.")
 
     @property
     def status(self) -> AgentStatus:
@@ -547,7 +556,10 @@ class ReferenceAgent:
         self._dispatch(_MESSAGE_SENT[target, bool(wakeup)], message)
 
     def followup(self, message: UserMessage) -> None:
-        self.send(message, InboxTarget.NEXT_TURN, True)
+        # ``send(message, NEXT_TURN, True)`` with its event looked up once (the hot path).
+        if not isinstance(message, UserMessage):
+            raise invalid("message", "must be a UserMessage")
+        self._dispatch(_FOLLOWUP_SENT, message)
 
     def steer(self, message: UserMessage) -> None:
         self.send(message, InboxTarget.NEXT_STEP, True)

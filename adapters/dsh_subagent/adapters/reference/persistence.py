@@ -331,10 +331,33 @@ def encode_events(events: object) -> builtins.list[EventRow]:
 
     Continuation of the stored log is checked separately by ``require_continues``.
     """
-    if not isinstance(events, Sequence) or isinstance(events, str | bytes):
+    if type(events) is not tuple and (
+        not isinstance(events, Sequence) or isinstance(events, str | bytes)
+    ):
         raise invalid("events", f"expected a sequence of SessionEvent, got {type(events).__name__}")
     rows: builtins.list[EventRow] = []
     for index, event in enumerate(events):
+        if type(event) is SessionEvent:
+            # The common event, decided inline (no field name built, no helper called): an
+            # ASCII type, an exact int seq in order, a finite float time, a payload the
+            # freezer certified. Anything else takes the checks below, which name the field.
+            kind, seq, moment, data = event.type, event.seq, event.time, event.data
+            if (
+                type(kind) is str
+                and kind.isascii()
+                and kind.strip()
+                and type(seq) is int
+                and seq >= 0
+                and (not rows or seq == rows[0][0] + index)
+                and type(moment) is float
+                and math.isfinite(moment)
+                and is_certified(data)
+            ):
+                try:
+                    rows.append((seq, kind, moment, _dumps(data)))
+                    continue
+                except (ValueError, RecursionError):
+                    pass  # not encodable: the general path raises, naming the field
         field = f"events[{index}]"
         if not isinstance(event, SessionEvent):
             raise invalid(field, f"expected a SessionEvent, got {type(event).__name__}")

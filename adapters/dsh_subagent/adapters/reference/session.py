@@ -30,9 +30,13 @@ Theory of operation
    concurrent commits of one session share a write. The stored length is known without a
    read when the binding wrote the log or it was restored from this persistence; a failed
    write forgets it (the next write asks). An announced session whose stored length is
-   known is also written as it grows: an append schedules a write ``interval`` seconds
-   later (default 5 ms; ``0`` the next tick) unless one is due or queued, and the writes of
-   one tick share one commit in a batching backend (DUR-2, DUR-3); a growth write that
+   known is also written as it grows: an append makes the session due (unless it is due or
+   a write is queued already), and the binding's one timer, armed by the first due session
+   for ``interval`` seconds (default 5 ms; ``0`` the next tick), writes every due session
+   when it fires, so each append is written within ``interval`` and the writes of one firing
+   share one commit in a batching backend (DUR-2, DUR-3). A write that starts leaves its
+   session due (no timer cancelled and armed again per commit): the firing asks for a write
+   only if the log may hold events no write took (``_Log.taken``); a growth write that
    fails is not reported, the next flush (a barrier: it awaits what is queued, then writes
    the rest) finds whether the log is stored. The binding holds sessions weakly: a finished
    child's log is not kept alive by it, yet a commit after it left the store still knows
@@ -46,7 +50,8 @@ import math
 import posixpath
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final
+from operator import attrgetter
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
@@ -176,9 +181,15 @@ class LiveSession:
     def header(self) -> SessionHeader:
         return self._header
 
-    @property
-    def id(self) -> SessionId:
-        return self._header.id
+    if TYPE_CHECKING:
+
+        @property
+        def id(self) -> SessionId: ...
+
+    else:
+        # A property whose getter is C (``attrgetter``): no Python frame per read, and an
+        # acceptance reads it several times (issue 19).
+        id = property(attrgetter("_header.id"), doc="The session's id (its header's).")
 
     @property
     def events(self) -> tuple[SessionEvent, ...]:
@@ -453,6 +464,10 @@ class PersistenceBinding:
         # Weak: a finished session's log is not kept alive by the binding (HARNESS-19), yet a
         # commit after it left the store still knows what is stored (DUR-4).
         self._logs: weakref.WeakKeyDictionary[LiveSession, _Log] = weakref.WeakKeyDictionary()
+        # The sessions due for a growth write (a disposed one leaves at once), and the one
+        # timer that writes them (rule 6).
+        self._due_logs: dict[_Log, LiveSession] = {}
+        self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
         self._detachers = (
             store.on_flush(self._request),
             store.created.subscribe(self._observe),
@@ -464,6 +479,10 @@ class PersistenceBinding:
             detach()
         for log in list(self._logs.values()):
             log.quiet()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._due_logs = {}
 
     def _request(self, session: LiveSession) -> asyncio.Future[None]:
         """The flush listener: the write queued behind the one in flight (it starts when
@@ -490,9 +509,10 @@ class PersistenceBinding:
     def _start(self, session: LiveSession, log: _Log) -> None:
         done, log.queued = log.queued, None
         assert done is not None
-        if log.timer is not None:  # this write takes everything the log has now
-            log.timer.cancel()
-            log.timer = None
+        # This write takes at least every event the log has now; a due session stays due
+        # (``_due`` then finds whether anything is left for it), so a commit per append
+        # costs no timer cancelled and armed again (rule 6).
+        log.taken = session.seq
         log.running = done
         asyncio.get_running_loop().create_task(self._write(session, log, done))
 
@@ -506,7 +526,14 @@ class PersistenceBinding:
                     f"stored log of {session.id!r} is longer than the live log",
                     field="session",
                 )
-            log.stored = await _store_after(self._persistence, session, log.stored)
+            # The events after the stored ones (the whole row when none is stored yet); the
+            # tail alone is copied: a write costs its new events.
+            count, length = log.stored, session.seq
+            if count < 0:
+                await self._persistence.create(session.header, session.events)
+            elif count < length:
+                await self._persistence.append(session.id, session.events_after(count))
+            log.stored = length
         except BaseException as error:  # the awaiters learn it; the next write asks again
             log.stored = None
             done.set_exception(error)
@@ -526,36 +553,48 @@ class PersistenceBinding:
         if log.unobserve is None:
             log.unobserve = session.observe(_Grew(self, session, log))
 
-    def _grew(self, session: LiveSession, log: _Log, grew: _Grew) -> None:
-        if log.timer is not None or log.queued is not None or log.stored is None:
-            return  # a write is due or queued already; or the stored length is not known
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop: the next flush writes it
-            return
-        interval = self._interval
-        assert interval is not None
-        # The observer itself is the timer's callback: no bound method or argument tuple
-        # per due write (a wide drain has one due per child at once).
-        if interval == 0:
-            log.timer = loop.call_soon(grew)
-        else:
-            log.timer = loop.call_later(interval, grew)
+    def _grew(self, session: LiveSession, log: _Log) -> None:
+        if log.due or log.queued is not None or log.stored is None:
+            return  # due or queued already; or the stored length is not known
+        timer = self._timer
+        if timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop: the next flush writes it
+                return
+            interval = self._interval
+            assert interval is not None
+            if interval == 0:
+                timer = loop.call_soon(self._due)
+            else:
+                timer = loop.call_later(interval, self._due)
+            self._timer = timer
+        log.due = True
+        self._due_logs[log] = session
 
-    def _due(self, session: LiveSession, log: _Log) -> None:
-        log.timer = None
-        self._request(session)  # a failure is kept for the next flush to find
+    def _due(self) -> None:
+        self._timer = None
+        due, self._due_logs = self._due_logs, {}
+        for log, session in due.items():
+            log.due = False
+            if log.unobserve is None:
+                continue  # quiet since: disposed, or the store unbound
+            seq = session.seq
+            if log.queued is not None or (log.stored if log.running is None else log.taken) == seq:
+                continue  # the queued or running write takes every event, or all are stored
+            self._request(session)  # a failure is kept for the next flush to find
 
     def _retire(self, session: LiveSession) -> None:
         log = self._logs.get(session)
         if log is not None:
             log.quiet()
+            if self._due_logs.pop(log, None) is not None:  # not kept until the timer fires
+                log.due = False
 
 
 class _Grew:
-    """The observer of one announced session: ``_grew`` on each append; called without an
-    event, the due write's timer callback, ``_due`` (one slotted object per session serves
-    both, no closure and cells)."""
+    """The observer of one announced session: ``_grew`` on each append (one slotted object
+    per session, no closure and cells)."""
 
     __slots__ = ("_binding", "_log", "_session")
 
@@ -564,32 +603,30 @@ class _Grew:
         self._session = session
         self._log = log
 
-    def __call__(self, event: SessionEvent | None = None) -> None:
-        if event is None:
-            self._binding._due(self._session, self._log)
-        else:
-            self._binding._grew(self._session, self._log, self)
+    def __call__(self, _event: SessionEvent) -> None:
+        log = self._log
+        if not log.due and log.queued is None:  # else a write is due or queued already
+            self._binding._grew(self._session, log)
 
 
 @attrs.define(eq=False)
 class _Log:
     """What the binding knows of one session: the stored length (None: ask), the write in
-    flight and the one queued behind it."""
+    flight and the one queued behind it, the log's length when the last write started (that
+    write takes at least those events), and whether it waits for the binding's growth timer."""
 
     stored: int | None
+    taken: int = 0
     running: asyncio.Future[None] | None = None
     queued: asyncio.Future[None] | None = None
-    timer: asyncio.TimerHandle | asyncio.Handle | None = None
+    due: bool = False
     unobserve: Unsubscribe | None = None
 
     def quiet(self) -> None:
         """Stop writing as the log grows (a disposed session, an unbound store)."""
         if self.unobserve is not None:
             self.unobserve()
-            self.unobserve = None
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+            self.unobserve = None  # a due write of it is skipped (``_due``)
 
 
 def bind_persistence(
@@ -610,17 +647,6 @@ def bind_persistence(
     ):
         raise invalid("interval", "must be a number of seconds >= 0, or None")
     return PersistenceBinding(store, persistence, interval)
-
-
-async def _store_after(persistence: SessionPersistence, session: LiveSession, count: int) -> int:
-    """Store the events after the first ``count`` (the whole row when ``count`` is -1);
-    returns the log length now stored."""
-    length = session.seq  # the tail alone is copied: a write costs its new events
-    if count < 0:
-        await persistence.create(session.header, session.events)
-    elif count < length:
-        await persistence.append(session.id, session.events_after(count))
-    return length
 
 
 async def _stored_length(persistence: SessionPersistence, session: LiveSession) -> int:
