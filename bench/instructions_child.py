@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, Any
 
 from bench import workloads
 from bench.world import BenchModel, World, delegate_and_dispose
-from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
 from dsh_subagent.core.values import SessionId
 
 if TYPE_CHECKING:  # the import path of the agent class differs between trees
@@ -162,6 +161,9 @@ async def acc(n: int) -> None:
 
 
 async def _held_shape(n: int, *, chain: bool) -> World:
+    # Imported here: trees before the seam/harness split keep it elsewhere (W1-W4 run there).
+    from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
+
     model = BenchModel()
     model.hold_until_aborted = True
     model.hold_target = n
