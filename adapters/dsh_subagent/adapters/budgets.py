@@ -359,8 +359,9 @@ class ChildBudget:
         self._agent: SessionId | None = None
         self._closed = False
 
-    def attach(self, agent: Agent) -> None:
-        self._agent = agent_id = agent.id
+    def attach(self, agent: Agent, agent_id: SessionId | None = None) -> None:
+        """Meter ``agent`` (whose id is ``agent_id``, when the caller has it) through the node."""
+        self._agent = agent_id = agent.id if agent_id is None else agent_id
         self.book.attach(self.node, agent, own=not self.shared, agent_id=agent_id)
 
     def close(self) -> None:
