@@ -423,10 +423,11 @@ def reserve(
     return _make(Ledger, (nodes, ledger.next_reservation + 1)), reservation
 
 
-def settle(ledger: Ledger, reservation: Reservation, used: Amounts | None) -> Ledger:
+def settle(ledger: Ledger, reservation: Reservation, used: tuple[int, int, int] | None) -> Ledger:
     """Release ``reservation`` (the value ``reserve`` returned) and charge ``used`` (None:
     the whole grant, 5); a reservation not outstanding (settled already, or never made
-    here) is ``ILLEGAL_TRANSITION``."""
+    here) is ``ILLEGAL_TRANSITION``. ``used`` is in ``COUNTED`` order: an ``Amounts`` or a
+    plain tuple (cheaper to build, rule 11)."""
     name = reservation.node
     opened = ledger.nodes.get(name)
     if opened is None or opened.outstanding.get(reservation.id) != reservation:
