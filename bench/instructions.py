@@ -29,12 +29,16 @@ Theory of operation
    resume where the machine sees 0.2: the W3 body opens the store with both periods at an
    hour (where the tree has them), counting per-resume work only.
 4. The report is a Markdown table: Ir per unit for each revision and its ratio to the first.
+   ``--repeat N`` measures each figure N times per revision (each run printed to stderr) and
+   reports the median: the plain W1 path moves by several thousand Ir between runs of one
+   tree, so a ratio such as W1b / W1 is read from medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -144,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rev", action="append", required=True, help="git revision (repeat)")
     parser.add_argument("--figure", action="append", choices=sorted(FIGURES), help="(repeat)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per figure: the median")
     args = parser.parse_args(argv)
     names = args.figure or ["W1", "W2", "W4"]  # ACC only when asked (newer trees only)
     results: dict[str, dict[str, float]] = {}
@@ -153,7 +158,10 @@ def main(argv: list[str] | None = None) -> int:
             prepare(tree)
             for name in names:
                 print(f"{rev} {name} ...", file=sys.stderr, flush=True)
-                results.setdefault(name, {})[rev] = measure(tree, FIGURES[name])
+                runs = [measure(tree, FIGURES[name]) for _ in range(max(args.repeat, 1))]
+                if len(runs) > 1:
+                    print(f"  runs: {', '.join(f'{run:,.0f}' for run in runs)}", file=sys.stderr)
+                results.setdefault(name, {})[rev] = statistics.median(runs)
     first = args.rev[0]
     print("| figure | " + " | ".join(args.rev) + " |")
     print("| --- |" + " ---: |" * len(args.rev))

@@ -251,3 +251,19 @@ def test_budget_14_raising_is_refused_when_the_payer_is_short_or_the_cap_is_shar
         b.Account(limit=3, consumed=1, carved=2)
     )
     assert b.charge(ledger, "kid", Amounts(input_tokens=7)) == ledger
+
+
+def test_budget_11_a_node_keeps_plain_rows_read_as_accounts() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=3, output_tokens=9), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(model_requests=2), 0)
+    ledger, _ = reserved(b.reserve(ledger, "root", Amounts(1, 0, 4), Amounts(1, 0, 1), 0))
+    root = ledger.nodes["root"]
+    assert root.own == ((3, 0, 1, 2), None, (9, 0, 4, 0))
+    assert type(root.own[0]) is tuple  # a row, not a named tuple (rule 11)
+    first, second, third = root.accounts
+    assert first == b.Account(limit=3, reserved=1, carved=2)
+    assert first.remaining == 0
+    assert second is None
+    assert third == b.Account(limit=9, reserved=4)
+    assert third.remaining == 5
+    assert ledger.nodes["kid"].accounts == (b.Account(limit=2), None, None)

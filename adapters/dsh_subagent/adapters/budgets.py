@@ -319,12 +319,13 @@ class BudgetBook:
     def settle(
         self, agent: SessionId, grant: StepGrant, usage: Usage | None, *, ok: bool
     ) -> JsonObject | None:
+        used: tuple[int, int, int]
         if not ok:
             used = grant.ticket.granted  # the whole grant
         elif usage is None:
             used = _ONE_REQUEST
-        else:
-            used = _make(Amounts, (1, usage.input_tokens, usage.output_tokens))
+        else:  # a plain tuple: a third of an ``Amounts``' instructions (core rule 11)
+            used = (1, usage.input_tokens, usage.output_tokens)
         self.ledger = core.settle(self.ledger, grant.ticket, used)
         # the agent records the charge in this span (rule 1); a detached one records nothing
         return charged_data(used) if agent in self._live else None
@@ -359,8 +360,9 @@ class ChildBudget:
         self._agent: SessionId | None = None
         self._closed = False
 
-    def attach(self, agent: Agent) -> None:
-        self._agent = agent_id = agent.id
+    def attach(self, agent: Agent, agent_id: SessionId | None = None) -> None:
+        """Meter ``agent`` (whose id is ``agent_id``, when the caller has it) through the node."""
+        self._agent = agent_id = agent.id if agent_id is None else agent_id
         self.book.attach(self.node, agent, own=not self.shared, agent_id=agent_id)
 
     def close(self) -> None:
@@ -369,10 +371,14 @@ class ChildBudget:
         if self._closed:
             return
         self._closed = True
-        if self.shared:
-            self.book.leave(self.node, self._agent, joined=self.joined)
-        else:
+        if not self.shared:
             self.book.close(self.node)
+        elif self.joined:
+            self.book.leave(self.node, self._agent)
+        else:  # ``leave`` without its join, inline: a call fewer per delegation (rule 3)
+            node_of = self.book._node_of
+            if self._agent is not None and node_of.get(self._agent) == self.node:
+                del node_of[self._agent]
 
 
 __all__ = ["DEFAULT_OUTPUT_RESERVATION", "BudgetBook", "ChildBudget", "check_budget"]

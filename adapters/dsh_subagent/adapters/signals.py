@@ -349,7 +349,7 @@ class Scope:
             if cleanup in self._cleanups:
                 self._cleanups.remove(cleanup)
                 result = cleanup()
-                if isinstance(result, Awaitable):
+                if result is not None and isinstance(result, Awaitable):
                     if self._early is None:
                         self._early = []
                     self._early.append(result)  # awaited by dispose
@@ -363,7 +363,8 @@ class Scope:
         while self._cleanups or self._early:
             try:
                 result = self._early.pop() if self._early else self._cleanups.pop()()
-                if isinstance(result, Awaitable):
+                # a sync cleanup's None skips the ABC's instance check (a Python call)
+                if result is not None and isinstance(result, Awaitable):
                     await result
             except Exception as exc:
                 failure = failure or exc

@@ -6,7 +6,8 @@ Theory of operation
    (counted from the usage the model reports) and wall time (a duration). ``None`` leaves a
    dimension uncapped. The host sets the root's budget; a child may ask for its own.
 2. The ``Ledger`` holds one ``Node`` per open agent. For each counted dimension a node
-   either has an *own* account (``Account``: limit, consumed, reserved, carved) or shares
+   either has an *own* account (limit, consumed, reserved, carved: an ``AccountRow``, read
+   as an ``Account`` through ``Node.accounts``) or shares
    its nearest capped ancestor's account: its ``payer`` for that dimension, fixed when the
    node opens, so every operation costs O(1) in the depth of the tree and the number of
    siblings (never a walk over ancestors).
@@ -50,13 +51,15 @@ Theory of operation
    it meter through its parent's node (its reservations are the parent's, one node write
    each) and counts it as an open child, so the parent cannot close under it; ``leave``
    ends that. A joined child's usage is its parent's for every rule above.
-11. **Cost.** Every ledger value (``Amounts``, ``Account``, ``Node``, ``Reservation``,
-   ``Ledger``) is a named tuple (immutable, built in one step; an ``Amounts`` indexes by
-   a dimension's position in ``COUNTED``): a delegation metered through a shared node
-   builds a handful of them, and their construction is most of what budgeting adds to it.
-   ``reserve``, ``settle``, ``join`` and ``leave`` build theirs with ``tuple.__new__``
-   (``_make``: about two thirds of the instructions of a call to the class) and call no
-   ``min``/``max`` builtin (each parses its arguments); ``bench/budget_ops.py`` counts them.
+11. **Cost.** Every ledger value (``Amounts``, ``Node``, ``Reservation``, ``Ledger``) is a
+   named tuple (immutable, built in one step; an ``Amounts`` indexes by a dimension's
+   position in ``COUNTED``), and a node's accounts are plain tuples (a plain tuple costs
+   about a quarter of a named tuple's ``tuple.__new__``): a delegation metered through a
+   shared node builds a handful of them, and their construction is most of what budgeting
+   adds to it. ``reserve``, ``settle``, ``join`` and ``leave`` build their named tuples
+   with ``tuple.__new__`` (``_make``: about two thirds of the instructions of a call to the
+   class) and call no ``min``/``max`` builtin (each parses its arguments);
+   ``bench/budget_ops.py`` counts them.
 """
 
 from __future__ import annotations
@@ -129,12 +132,17 @@ def validate_budget(value: object, field: str) -> Budget:
     return value
 
 
+AccountRow: TypeAlias = "tuple[int, int, int, int]"
+"""One capped dimension of one node as a node keeps it: ``(limit, consumed, reserved,
+carved)``, a plain tuple (rule 11); ``Node.accounts`` reads them as ``Account``s."""
+
+
 class Account(NamedTuple):
     """One capped dimension of one node: ``consumed + reserved + carved <= limit``.
 
-    A named tuple, as ``Node`` is: every reservation and settlement builds three accounts
-    and a node, and a tuple is built in one step where a frozen attrs class sets each field
-    (rule 11)."""
+    The view of an ``AccountRow`` for reading (``Node.accounts``): a node keeps plain
+    tuples, as every reservation and settlement builds three of them and a named tuple
+    costs several times a plain one (rule 11)."""
 
     limit: int
     consumed: int = 0
@@ -199,16 +207,22 @@ _NONE_OUTSTANDING: Final[PMap[int, Reservation]] = PMap()
 
 
 class Node(NamedTuple):
-    """One open agent: its own accounts, its payers, deadline and what is still open: its
-    open (and joined) children and its unsettled reservations (a named tuple, like
-    ``Account``)."""
+    """One open agent: its own accounts (``AccountRow``s), its payers, deadline and what is
+    still open: its open (and joined) children and its unsettled reservations (a named
+    tuple)."""
 
     parent: str | None
-    own: tuple[Account | None, Account | None, Account | None]
+    own: tuple[AccountRow | None, AccountRow | None, AccountRow | None]
     payers: tuple[str | None, str | None, str | None]
     deadline_ms: int | None
     open_children: int = 0
     outstanding: PMap[int, Reservation] = _NONE_OUTSTANDING
+
+    @property
+    def accounts(self) -> tuple[Account | None, Account | None, Account | None]:
+        """Its own accounts, as ``Account``s (for reading)."""
+        first, second, third = (None if row is None else Account(*row) for row in self.own)
+        return (first, second, third)
 
 
 @attrs.frozen
@@ -250,7 +264,7 @@ def _not_open(node: str) -> SubagentError:
     return SubagentError(ErrorCode.NOT_FOUND, f"no open budget node {node!r}", field="node")
 
 
-_Edit: TypeAlias = "tuple[Node, list[Account | None], list[int]]"
+_Edit: TypeAlias = "tuple[Node, list[AccountRow | None], list[int]]"
 """A node being changed: the node, its new own accounts, its open-children delta (one item)."""
 
 
@@ -267,7 +281,7 @@ def _own(nodes: PMap[str, Node], edits: dict[str, _Edit], payer: str, index: int
     """``payer``'s account of dimension ``index``, as changed so far."""
     account = _edit(nodes, edits, payer)[1][index]
     assert account is not None, "a payer owns its account"
-    return account
+    return Account(*account)
 
 
 def _written(nodes: PMap[str, Node], edits: dict[str, _Edit]) -> PMap[str, Node]:
@@ -292,7 +306,7 @@ def _booked(
     nodes: PMap[str, Node],
     name: str,
     node: Node,
-    own: list[Account | None],
+    own: list[AccountRow | None],
     outstanding: PMap[int, Reservation],
 ) -> PMap[str, Node]:
     """``nodes`` with a request's node written: its new accounts and unsettled reservations."""
@@ -329,7 +343,7 @@ def _open(ledger: Ledger, node: str, parent: str | None, asked: Budget, now_ms: 
             raise _exhausted(Dimension.WALL_TIME, parent)
         edits[parent] = (up, list(up.own), [1])  # one more open child
     nodes = ledger.nodes
-    own: list[Account | None] = [None, None, None]
+    own: list[AccountRow | None] = [None, None, None]
     payers: list[str | None] = [None, None, None] if up is None else list(up.payers)
     for index, cap in enumerate(asked.counted()):
         if cap is None:
@@ -337,15 +351,18 @@ def _open(ledger: Ledger, node: str, parent: str | None, asked: Budget, now_ms: 
         inherited = payers[index]
         payers[index] = node
         if inherited is None:
-            own[index] = Account(limit=cap)
+            own[index] = (cap, 0, 0, 0)
             continue
         account = _own(nodes, edits, inherited, index)
         carved = carve_from(account.remaining, cap)
         if carved is None:
             raise _exhausted(COUNTED[index], inherited)
-        own[index] = Account(limit=carved)
-        _edit(nodes, edits, inherited)[1][index] = Account(
-            account.limit, account.consumed, account.reserved, account.carved + carved
+        own[index] = (carved, 0, 0, 0)
+        _edit(nodes, edits, inherited)[1][index] = (
+            account.limit,
+            account.consumed,
+            account.reserved,
+            account.carved + carved,
         )
     deadline = child_deadline(now_ms, asked.wall_ms, None if up is None else up.deadline_ms)
     opened = Node(
@@ -394,7 +411,7 @@ def reserve(
         if amount < least:
             return Exhausted(COUNTED[index])
         granted[index] = amount
-        own[index] = _make(Account, (limit, consumed, reserved + amount, carved))
+        own[index] = (limit, consumed, reserved + amount, carved)
     whole = granted == [want[0], want[1], want[2]]  # then ``want`` is the grant: no new one
     reservation = _make(
         Reservation, (ledger.next_reservation, node, want if whole else _make(Amounts, granted))
@@ -406,10 +423,11 @@ def reserve(
     return _make(Ledger, (nodes, ledger.next_reservation + 1)), reservation
 
 
-def settle(ledger: Ledger, reservation: Reservation, used: Amounts | None) -> Ledger:
+def settle(ledger: Ledger, reservation: Reservation, used: tuple[int, int, int] | None) -> Ledger:
     """Release ``reservation`` (the value ``reserve`` returned) and charge ``used`` (None:
     the whole grant, 5); a reservation not outstanding (settled already, or never made
-    here) is ``ILLEGAL_TRANSITION``."""
+    here) is ``ILLEGAL_TRANSITION``. ``used`` is in ``COUNTED`` order: an ``Amounts`` or a
+    plain tuple (cheaper to build, rule 11)."""
     name = reservation.node
     opened = ledger.nodes.get(name)
     if opened is None or opened.outstanding.get(reservation.id) != reservation:
@@ -434,9 +452,7 @@ def settle(ledger: Ledger, reservation: Reservation, used: Amounts | None) -> Le
         account = own[index]
         assert account is not None, "a payer owns its account"
         limit, consumed, reserved, carved = account
-        own[index] = _make(
-            Account, (limit, consumed + spent[index], reserved - grants[index], carved)
-        )
+        own[index] = (limit, consumed + spent[index], reserved - grants[index], carved)
     if edits:
         nodes = _written(nodes, edits)
     held = opened.outstanding  # holds ``reservation``: with nothing else, none is left
@@ -460,12 +476,12 @@ def close(ledger: Ledger, node: str) -> Ledger:
     edits: dict[str, _Edit] = {}
     parent = _edit(nodes, edits, opened.parent)
     parent[2][0] -= 1
-    for index, account in enumerate(opened.own):
+    for index, account in enumerate(opened.accounts):
         payer = parent[0].payers[index]
         if account is None or payer is None:
             continue
         above = _own(nodes, edits, payer, index)
-        edits[payer][1][index] = Account(
+        edits[payer][1][index] = (
             above.limit,
             above.consumed + account.consumed,
             above.reserved,
@@ -516,8 +532,11 @@ def charge(ledger: Ledger, node: str, used: Amounts) -> Ledger:
         if payer is None or spent == 0:
             continue
         account = _own(nodes, edits, payer, index)
-        edits[payer][1][index] = Account(
-            account.limit, account.consumed + spent, account.reserved, account.carved
+        edits[payer][1][index] = (
+            account.limit,
+            account.consumed + spent,
+            account.reserved,
+            account.carved,
         )
     return Ledger(_written(nodes, edits), ledger.next_reservation)
 
@@ -576,7 +595,7 @@ def raise_caps(ledger: Ledger, node: str, budget: Budget, now_ms: int) -> Ledger
 def caps(ledger: Ledger, node: str) -> Budget:
     """The caps ``node`` owns now (None where it shares a payer's); wall time not kept."""
     opened = _node(ledger, node)
-    limits = [None if account is None else account.limit for account in opened.own]
+    limits = [None if account is None else account[0] for account in opened.own]
     return Budget(limits[0], limits[1], limits[2], None)
 
 
@@ -595,6 +614,7 @@ __all__ = [
     "COUNTED_NAMES",
     "DIMENSIONS",
     "Account",
+    "AccountRow",
     "Amounts",
     "Budget",
     "Dimension",

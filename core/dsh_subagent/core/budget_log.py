@@ -53,9 +53,10 @@ CHARGED: Final = "charged"
 """The ``assistant/message`` key holding its request's charge (rule 2)."""
 
 
-def charged_data(used: Amounts) -> JsonObject:
-    """The charge of one settled request: a ``budget/charged`` payload or the ``charged`` of
-    an ``assistant/message`` (rule 2)."""
+def charged_data(used: tuple[int, int, int]) -> JsonObject:
+    """The charge of one settled request (in ``COUNTED`` order: an ``Amounts`` or a plain
+    tuple): a ``budget/charged`` payload or the ``charged`` of an ``assistant/message``
+    (rule 2)."""
     requests, input_tokens, output_tokens = used  # a literal: no ``zip`` call per request
     return {
         COUNTED_NAMES[0]: requests,

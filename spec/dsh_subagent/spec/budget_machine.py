@@ -112,7 +112,7 @@ class BudgetMachine(RuleBasedStateMachine):
             index = COUNTED.index(result.dimension)
             payer = before.nodes[node].payers[index]
             assert payer is not None
-            account = before.nodes[payer].own[index]
+            account = before.nodes[payer].accounts[index]
             assert account is not None
             assert account.remaining < least[index]
             return
@@ -161,7 +161,7 @@ class BudgetMachine(RuleBasedStateMachine):
     def inv_budget_1_no_subtree_overshoots_its_cap(self) -> None:
         for name, node in self.ledger.nodes.items():
             totals = self._subtree_total(name)
-            for index, account in enumerate(node.own):
+            for index, account in enumerate(node.accounts):
                 if account is not None:
                     assert totals[index] <= account.limit, (name, COUNTED[index], totals)
         root_totals = self._subtree_total("root")
@@ -172,7 +172,7 @@ class BudgetMachine(RuleBasedStateMachine):
     @invariant()
     def inv_budget_2_a_cap_never_exceeds_what_was_asked(self) -> None:
         for name, node in self.ledger.nodes.items():
-            for account, cap in zip(node.own, self.asked[name].counted(), strict=True):
+            for account, cap in zip(node.accounts, self.asked[name].counted(), strict=True):
                 if account is not None:
                     assert cap is not None
                     assert account.limit <= cap
