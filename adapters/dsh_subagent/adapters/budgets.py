@@ -371,14 +371,10 @@ class ChildBudget:
         if self._closed:
             return
         self._closed = True
-        if not self.shared:
+        if self.shared:
+            self.book.leave(self.node, self._agent, joined=self.joined)
+        else:
             self.book.close(self.node)
-        elif self.joined:
-            self.book.leave(self.node, self._agent)
-        else:  # ``leave`` without its join, inline: a call fewer per delegation (rule 3)
-            node_of = self.book._node_of
-            if self._agent is not None and node_of.get(self._agent) == self.node:
-                del node_of[self._agent]
 
 
 __all__ = ["DEFAULT_OUTPUT_RESERVATION", "BudgetBook", "ChildBudget", "check_budget"]

@@ -554,8 +554,9 @@ class PersistenceBinding:
             log.unobserve = session.observe(_Grew(self, session, log))
 
     def _grew(self, session: LiveSession, log: _Log) -> None:
-        if log.due or log.queued is not None or log.stored is None:
-            return  # due or queued already; or the stored length is not known
+        # (due or queued already is checked by the observer, ``_Grew``, the only caller)
+        if log.stored is None:
+            return  # the stored length is not known
         timer = self._timer
         if timer is None:
             try:
