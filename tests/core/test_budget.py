@@ -267,3 +267,29 @@ def test_budget_11_a_node_keeps_plain_rows_read_as_accounts() -> None:
     assert third == b.Account(limit=9, reserved=4)
     assert third.remaining == 5
     assert ledger.nodes["kid"].accounts == (b.Account(limit=2), None, None)
+
+
+def test_budget_5_a_lone_reservation_is_kept_as_it_is_more_in_a_map() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=5), 0)
+    assert not ledger.nodes["root"].outstanding
+    one, first = reserved(b.reserve(ledger, "root", ONE_REQUEST, ONE_REQUEST, 0))
+    assert one.nodes["root"].outstanding is first
+    assert one.nodes["root"].reservations == {first.id: first}
+    two, second = reserved(b.reserve(one, "root", ONE_REQUEST, ONE_REQUEST, 0))
+    assert two.nodes["root"].reservations == {first.id: first, second.id: second}
+    assert two.reservations == {first.id: first, second.id: second}
+    assert code_of(lambda: b.close(two, "root")) is ErrorCode.ILLEGAL_TRANSITION
+    forged = second._replace(granted=Amounts(model_requests=2))
+    assert code_of(lambda: b.settle(two, forged, None)) is ErrorCode.ILLEGAL_TRANSITION
+    left = b.settle(two, first, None)
+    assert left.nodes["root"].outstanding is second  # back to a lone one
+    assert code_of(lambda: b.settle(left, first, None)) is ErrorCode.ILLEGAL_TRANSITION
+    assert code_of(lambda: b.settle(left, forged, None)) is ErrorCode.ILLEGAL_TRANSITION
+    none = b.settle(left, second, ONE_REQUEST)
+    assert not none.nodes["root"].outstanding
+    assert none.nodes["root"].reservations == {}
+    assert code_of(lambda: b.settle(none, second, None)) is ErrorCode.ILLEGAL_TRANSITION
+    assert b.remaining(none, "root").model_requests == 3
+    three, third = reserved(b.reserve(none, "root", ONE_REQUEST, ONE_REQUEST, 0))
+    assert three.nodes["root"].outstanding is third
+    assert "root" not in b.close(b.settle(three, third, None), "root").nodes

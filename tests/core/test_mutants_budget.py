@@ -238,8 +238,9 @@ def test_budget_10_a_join_keeps_the_nodes_parent_deadline_and_reservations() -> 
         ("kid", None, None),
         100,
         open_children=0,
-        outstanding=PMap({grant.id: grant}),
+        outstanding=grant,  # a lone reservation is kept as it is
     )
+    assert ledger.nodes["kid"].reservations == PMap({grant.id: grant})
     assert _refusal(b.close, ledger, "kid")[0] is ErrorCode.ILLEGAL_TRANSITION
     assert b.reserve(ledger, "kid", ONE_REQUEST, ONE_REQUEST, 100) == Exhausted(
         b.Dimension.WALL_TIME

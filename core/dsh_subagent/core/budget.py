@@ -26,7 +26,8 @@ Theory of operation
    and can never together overshoot.
 5. **Settlement.** ``settle`` takes back the ``Reservation`` value ``reserve`` returned,
    releases it and charges the usage the model reported. A node keeps its unsettled
-   reservations (``outstanding``, a ``PMap`` by id, O(log) in their number), so a
+   reservations (``outstanding``: none, a lone one as it is, or more in a ``PMap`` by id,
+   O(log) in their number; ``Node.reservations`` reads them as a map), so a
    reservation settles exactly once: settled again, forged, or never made there, it is
    ``ILLEGAL_TRANSITION``. Usage beyond a grant is charged too (never hidden); the
    invariant below then holds for every dimension whose grants bound the usage (model
@@ -203,7 +204,21 @@ class Reservation(NamedTuple):
     granted: Amounts
 
 
+Held: TypeAlias = "PMap[int, Reservation] | Reservation"
+"""A node's unsettled reservations as it keeps them: a lone one as it is (the common case:
+no map to build or probe per request), else a map by id (rule 5)."""
 _NONE_OUTSTANDING: Final[PMap[int, Reservation]] = PMap()
+
+
+def _as_map(held: Held) -> PMap[int, Reservation]:
+    return PMap({held.id: held}) if isinstance(held, Reservation) else held
+
+
+def _kept(held: PMap[int, Reservation]) -> Held:
+    """``held`` as a node keeps it: none as the shared empty map, a lone one as it is."""
+    if len(held) > 1:
+        return held
+    return next(iter(held.values())) if held else _NONE_OUTSTANDING
 
 
 class Node(NamedTuple):
@@ -216,7 +231,12 @@ class Node(NamedTuple):
     payers: tuple[str | None, str | None, str | None]
     deadline_ms: int | None
     open_children: int = 0
-    outstanding: PMap[int, Reservation] = _NONE_OUTSTANDING
+    outstanding: Held = _NONE_OUTSTANDING
+
+    @property
+    def reservations(self) -> PMap[int, Reservation]:
+        """Its unsettled reservations by id (for reading)."""
+        return _as_map(self.outstanding)
 
     @property
     def accounts(self) -> tuple[Account | None, Account | None, Account | None]:
@@ -242,7 +262,9 @@ class Ledger(NamedTuple):
     @property
     def reservations(self) -> dict[int, Reservation]:
         """Every unsettled reservation by id, gathered from the nodes (for reading)."""
-        return {held.id: held for node in self.nodes.values() for held in node.outstanding.values()}
+        return {
+            held.id: held for node in self.nodes.values() for held in node.reservations.values()
+        }
 
 
 def _exhausted(dimension: Dimension, node: str) -> SubagentError:
@@ -307,7 +329,7 @@ def _booked(
     name: str,
     node: Node,
     own: list[AccountRow | None],
-    outstanding: PMap[int, Reservation],
+    outstanding: Held,
 ) -> PMap[str, Node]:
     """``nodes`` with a request's node written: its new accounts and unsettled reservations."""
     accounts = (own[0], own[1], own[2])
@@ -418,7 +440,11 @@ def reserve(
     )
     if edits:
         nodes = _written(nodes, edits)
-    held = opened.outstanding.set(reservation.id, reservation)
+    held: Held = opened.outstanding
+    if held is _NONE_OUTSTANDING:
+        held = reservation  # the node's lone one (rule 5)
+    else:
+        held = _kept(_as_map(held).set(reservation.id, reservation))
     nodes = _booked(nodes, node, opened, mine, held)
     return _make(Ledger, (nodes, ledger.next_reservation + 1)), reservation
 
@@ -430,7 +456,17 @@ def settle(ledger: Ledger, reservation: Reservation, used: tuple[int, int, int] 
     plain tuple (cheaper to build, rule 11)."""
     name = reservation.node
     opened = ledger.nodes.get(name)
-    if opened is None or opened.outstanding.get(reservation.id) != reservation:
+    held: Held | None = None if opened is None else opened.outstanding
+    left: Held = _NONE_OUTSTANDING
+    if isinstance(held, Reservation):  # the node's lone one (rule 5): no map to probe
+        if held != reservation:
+            held = None
+    elif held is not None:
+        if held.get(reservation.id) != reservation:
+            held = None
+        else:
+            left = _kept(held.remove(reservation.id))
+    if opened is None or held is None:
         raise SubagentError(
             ErrorCode.ILLEGAL_TRANSITION,
             f"reservation {reservation.id} is not outstanding",
@@ -455,9 +491,7 @@ def settle(ledger: Ledger, reservation: Reservation, used: tuple[int, int, int] 
         own[index] = (limit, consumed + spent[index], reserved - grants[index], carved)
     if edits:
         nodes = _written(nodes, edits)
-    held = opened.outstanding  # holds ``reservation``: with nothing else, none is left
-    held = _NONE_OUTSTANDING if len(held) == 1 else held.remove(reservation.id)
-    return _make(Ledger, (_booked(nodes, name, opened, mine, held), ledger.next_reservation))
+    return _make(Ledger, (_booked(nodes, name, opened, mine, left), ledger.next_reservation))
 
 
 def close(ledger: Ledger, node: str) -> Ledger:
@@ -466,7 +500,7 @@ def close(ledger: Ledger, node: str) -> Ledger:
     if opened.outstanding or opened.open_children:
         raise SubagentError(
             ErrorCode.ILLEGAL_TRANSITION,
-            f"budget node {node!r} still has {len(opened.outstanding)} reservations and "
+            f"budget node {node!r} still has {len(opened.reservations)} reservations and "
             f"{opened.open_children} open children",
             field="node",
         )
@@ -619,6 +653,7 @@ __all__ = [
     "Budget",
     "Dimension",
     "Exhausted",
+    "Held",
     "Ledger",
     "Node",
     "Reservation",
