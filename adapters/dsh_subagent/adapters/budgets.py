@@ -18,9 +18,7 @@ Theory of operation
    children and no deadline check: a child sharing it meters through it without a join.) The
    ``ChildBudget`` attaches the child agent in its unpublished window (``attach``), or is
    closed (once) when the start fails or, by the provider, in the span that settles the
-   one-shot child's result, returning the unused part. A one-shot child's metering ends
-   there too (it makes no request after its result), so it needs no cleanup at dispose; a
-   continuable child's ends when it is disposed.
+   one-shot child's result, returning the unused part.
    A continuable child's node stays open while the service lives (its remaining budget is
    listed), and a cold resume reopens it from the child's log (``restore``).
 4. ``admit`` reserves one request, its input estimate (1) and 1 up to the request's
@@ -246,18 +244,10 @@ class BudgetBook:
         self.attach(node, agent, own=self._bound.get(node) == agent.id)
 
     def attach(
-        self,
-        node: str,
-        agent: Agent,
-        *,
-        own: bool,
-        agent_id: SessionId | None = None,
-        until_disposed: bool = True,
-    ) -> Unsubscribe:
+        self, node: str, agent: Agent, *, own: bool, agent_id: SessionId | None = None
+    ) -> None:
         """Meter ``agent`` (whose id is ``agent_id``, when the caller has it) through ``node``
-        and record the caps of a node it ``own``s (in the unpublished window); the metering
-        ends when the agent is disposed, or, ``until_disposed`` false, when the caller calls
-        the ``detach`` this returns (a one-shot child's ``ChildBudget``, rule 3)."""
+        and record the caps of a node it ``own``s (in the unpublished window)."""
         install: Callable[[StepMeter], Unsubscribe] | None = getattr(agent, "install_meter", None)
         # an attribute check: ``isinstance`` against the runtime-checkable ``MeteredAgent``
         # costs more than the rest of a delegation's metering
@@ -274,12 +264,10 @@ class BudgetBook:
             if self._live.get(agent_id) is agent:
                 del self._live[agent_id]
 
-        if until_disposed:
-            agent.ctx.defer(detach)
+        agent.ctx.defer(detach)
         if own:
             self._bound[node] = agent_id
             self._record(node, agent)
-        return detach
 
     def leave(self, node: str, agent: SessionId | None, *, joined: bool = True) -> None:
         """End a sharing child's metering through its parent's ``node`` (rule 3), and its
@@ -360,7 +348,7 @@ class ChildBudget:
     """A carved node waiting for its child agent, or the parent's node a child shares
     (``shared``; ``joined`` unless the node needs no join, rule 3)."""
 
-    __slots__ = ("_agent", "_closed", "_detach", "book", "joined", "node", "shared")
+    __slots__ = ("_agent", "_closed", "book", "joined", "node", "shared")
 
     def __init__(
         self, book: BudgetBook, node: str, *, shared: bool = False, joined: bool = True
@@ -371,29 +359,18 @@ class ChildBudget:
         self.joined = joined
         self._agent: SessionId | None = None
         self._closed = False
-        self._detach: Unsubscribe | None = None
 
-    def attach(
-        self, agent: Agent, agent_id: SessionId | None = None, *, one_shot: bool = False
-    ) -> None:
-        """Meter ``agent`` (whose id is ``agent_id``, when the caller has it) through the
-        node: until it is disposed, or, for a ``one_shot`` child, until ``close`` (which its
-        provider calls as the result settles: the child makes no request after it)."""
+    def attach(self, agent: Agent, agent_id: SessionId | None = None) -> None:
+        """Meter ``agent`` (whose id is ``agent_id``, when the caller has it) through the node."""
         self._agent = agent_id = agent.id if agent_id is None else agent_id
-        detach = self.book.attach(
-            self.node, agent, own=not self.shared, agent_id=agent_id, until_disposed=not one_shot
-        )
-        if one_shot:
-            self._detach = detach
+        self.book.attach(self.node, agent, own=not self.shared, agent_id=agent_id)
 
     def close(self) -> None:
-        """Close (or leave) the node once, ending a one-shot child's metering; a repeat is a
-        no-op (a failed start may settle its run too)."""
+        """Close (or leave) the node once; a repeat is a no-op (a failed start may settle
+        its run too)."""
         if self._closed:
             return
         self._closed = True
-        if self._detach is not None:
-            self._detach()
         if self.shared:
             self.book.leave(self.node, self._agent, joined=self.joined)
         else:

@@ -323,7 +323,7 @@ class InProcessRun(DrivenRun):
         if core.output_schema is not None:
             self._capture = StructuredCapture(child, session, core.output_schema)
         if self._request.budget is not None:
-            self._request.budget.attach(child, session.id, one_shot=True)
+            self._request.budget.attach(child, session.id)
         payload = _descriptor_payload(self._request.descriptor)
 
         def append_descriptor(_entering: StepEntering) -> None:
