@@ -324,24 +324,6 @@ def _written(nodes: PMap[str, Node], edits: dict[str, _Edit]) -> PMap[str, Node]
     return nodes
 
 
-def _booked(
-    nodes: PMap[str, Node],
-    name: str,
-    node: Node,
-    own: list[AccountRow | None],
-    outstanding: Held,
-) -> PMap[str, Node]:
-    """``nodes`` with a request's node written: its new accounts and unsettled reservations."""
-    accounts = (own[0], own[1], own[2])
-    return nodes.set(
-        name,
-        _make(
-            Node,
-            (node.parent, accounts, node.payers, node.deadline_ms, node.open_children, outstanding),
-        ),
-    )
-
-
 def open_root(ledger: Ledger, node: str, budget: Budget, now_ms: int) -> Ledger:
     """Open a root node with the host's ``budget`` (raises ``DUPLICATE_CHILD`` if open)."""
     return _open(ledger, node, None, validate_budget(budget, "budget"), now_ms)
@@ -445,8 +427,10 @@ def reserve(
         held = reservation  # the node's lone one (rule 5)
     else:
         held = _kept(_as_map(held).set(reservation.id, reservation))
-    nodes = _booked(nodes, node, opened, mine, held)
-    return _make(Ledger, (nodes, ledger.next_reservation + 1)), reservation
+    # the node written with its accounts and reservations (no helper: a call per request)
+    parent, _, payers, deadline, children, _ = opened
+    written = _make(Node, (parent, (mine[0], mine[1], mine[2]), payers, deadline, children, held))
+    return _make(Ledger, (nodes.set(node, written), ledger.next_reservation + 1)), reservation
 
 
 def settle(ledger: Ledger, reservation: Reservation, used: tuple[int, int, int] | None) -> Ledger:
@@ -491,7 +475,9 @@ def settle(ledger: Ledger, reservation: Reservation, used: tuple[int, int, int] 
         own[index] = (limit, consumed + spent[index], reserved - grants[index], carved)
     if edits:
         nodes = _written(nodes, edits)
-    return _make(Ledger, (_booked(nodes, name, opened, mine, left), ledger.next_reservation))
+    parent, _, payers, deadline, children, _ = opened  # written as ``reserve`` writes it
+    written = _make(Node, (parent, (mine[0], mine[1], mine[2]), payers, deadline, children, left))
+    return _make(Ledger, (nodes.set(name, written), ledger.next_reservation))
 
 
 def close(ledger: Ledger, node: str) -> Ledger:
