@@ -104,7 +104,7 @@ class BudgetBook:
         self.ledger = Ledger()
         self._node_of: dict[SessionId, str] = {}  # the node each agent meters through
         self._bound: dict[str, SessionId] = {}  # the agent owning each node
-        self._live: dict[SessionId, Agent] = {}  # each metered agent while it is live
+        self._live: dict[SessionId, Agent] = {}  # each owner of a node while it is live
         self._caps: dict[str, Budget] = {}  # the caps each node records (wall time included)
         self._recorded: dict[str, Budget] = {}  # the caps last written to its log
         # The nodes with a deadline: the core reads ``now_ms`` only against one, so the
@@ -247,7 +247,11 @@ class BudgetBook:
         self, node: str, agent: Agent, *, own: bool, agent_id: SessionId | None = None
     ) -> None:
         """Meter ``agent`` (whose id is ``agent_id``, when the caller has it) through ``node``
-        and record the caps of a node it ``own``s (in the unpublished window)."""
+        and record the caps of a node it ``own``s (in the unpublished window).
+
+        The owner of a node is kept while it is live (until its dispose), so a raised cap
+        is recorded on its log. A child sharing its parent's node needs nothing at its
+        dispose: a disposed agent makes no request, and the meter it keeps is the book."""
         install: Callable[[StepMeter], Unsubscribe] | None = getattr(agent, "install_meter", None)
         # an attribute check: ``isinstance`` against the runtime-checkable ``MeteredAgent``
         # costs more than the rest of a delegation's metering
@@ -257,17 +261,19 @@ class BudgetBook:
         if agent_id is None:
             agent_id = agent.id
         self._node_of[agent_id] = node
-        self._live[agent_id] = agent
+        if not own:
+            return
+        owner = agent_id
+        self._live[owner] = agent
 
         def detach() -> None:
             uninstall()
-            if self._live.get(agent_id) is agent:
-                del self._live[agent_id]
+            if self._live.get(owner) is agent:
+                del self._live[owner]
 
         agent.ctx.defer(detach)
-        if own:
-            self._bound[node] = agent_id
-            self._record(node, agent)
+        self._bound[node] = owner
+        self._record(node, agent)
 
     def leave(self, node: str, agent: SessionId | None, *, joined: bool = True) -> None:
         """End a sharing child's metering through its parent's ``node`` (rule 3), and its
@@ -327,8 +333,7 @@ class BudgetBook:
         else:  # a plain tuple: a third of an ``Amounts``' instructions (core rule 11)
             used = (1, usage.input_tokens, usage.output_tokens)
         self.ledger = core.settle(self.ledger, grant.ticket, used)
-        # the agent records the charge in this span (rule 1); a detached one records nothing
-        return charged_data(used) if agent in self._live else None
+        return charged_data(used)  # the agent records it in this span (rule 1)
 
 
 def _unmetered(agent: Agent) -> SubagentError:
