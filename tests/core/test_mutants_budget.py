@@ -304,3 +304,30 @@ def test_budget_8_reserve_join_and_leave_name_an_unknown_node() -> None:
     assert _refusal(b.reserve, ledger, "nobody", ONE_REQUEST, ONE_REQUEST, 0) == refused
     assert _refusal(b.join, ledger, "nobody", 0) == refused
     assert _refusal(b.leave, ledger, "nobody") == refused
+
+
+def test_budget_5_a_node_holding_its_reservations_in_a_map_settles_them_all() -> None:
+    # a node built with its lone reservation in a map (any form a caller may build)
+    # settles it to none: x__kept__mutmut_4
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=3), 0)
+    ledger, grant = _reserve(ledger, "root")
+    node = ledger.nodes["root"]
+    in_map = ledger._replace(
+        nodes=ledger.nodes.set("root", node._replace(outstanding=PMap({grant.id: grant})))
+    )
+    settled = b.settle(in_map, grant, None)
+    assert not settled.nodes["root"].outstanding
+    assert "root" not in b.close(settled, "root").nodes
+
+
+def test_budget_5_a_reservation_of_a_closed_node_is_not_outstanding() -> None:
+    # x_settle__mutmut_5: the node's absence is checked before its reservations are read
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=3), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(model_requests=1), 0)
+    _, grant = _reserve(ledger, "kid")
+    closed = b.close(ledger, "kid")  # the reservation was never made on this ledger
+    assert _refusal(b.settle, closed, grant, None) == (
+        ErrorCode.ILLEGAL_TRANSITION,
+        "reservation",
+        f"reservation {grant.id} is not outstanding",
+    )
