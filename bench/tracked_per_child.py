@@ -19,6 +19,10 @@ Theory of operation
    does and adds what the collector did over the whole run: collections per generation
    (``gc.get_stats()``, after minus before) and the process CPU of the run. It uses only
    ``bench.workloads``, so the same file run against an older tree measures that tree.
+5. ``--detail`` names the objects by what they are rather than by type: a coroutine by its
+   code's qualified name, a bound method or builtin by its function's, a task by its
+   coroutine's, and every other object by its type followed by the types of the tracked
+   objects that refer to it (``dict<-LiveChild``), so a cut can be aimed at one owner.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import asyncio
 import gc
 import json
 import time
+import types
 from collections import Counter
 
 from bench.workloads import held_drain
@@ -41,8 +46,46 @@ def tracked_by_type() -> Counter[str]:
     return Counter(type(obj).__qualname__ for obj in gc.get_objects())
 
 
+def _name(obj: object) -> str:
+    kind = type(obj).__qualname__
+    if isinstance(obj, types.CoroutineType):
+        return f"coroutine {obj.cr_code.co_qualname}"
+    if isinstance(obj, types.MethodType):
+        return f"method {obj.__func__.__qualname__}"
+    if isinstance(obj, types.BuiltinFunctionType):
+        return f"builtin {type(obj.__self__).__qualname__}.{obj.__name__}"
+    if isinstance(obj, asyncio.Task):
+        coro = obj.get_coro()
+        return f"Task {getattr(getattr(coro, 'cr_code', None), 'co_qualname', '?')}"
+    return kind
+
+
+def tracked_in_detail() -> Counter[str]:
+    """Tracked objects named by what they are and what refers to them (rule 5)."""
+    gc.collect()
+    objects = gc.get_objects()
+    owners: dict[int, set[str]] = {}
+    for obj in objects:
+        kind = type(obj).__qualname__
+        for referent in gc.get_referents(obj):
+            owners.setdefault(id(referent), set()).add(kind)
+    named: Counter[str] = Counter()
+    for obj in objects:
+        name = _name(obj)
+        if name == type(obj).__qualname__:
+            name += "<-" + ",".join(sorted(owners.get(id(obj), {"?"})))
+        named[name] += 1
+    return named
+
+
 async def per_child(
-    low: int, high: int, floor: float, *, chain: bool, after_drain: bool = False
+    low: int,
+    high: int,
+    floor: float,
+    *,
+    chain: bool,
+    after_drain: bool = False,
+    detail: bool = False,
 ) -> JsonDict:
     """Tracked objects per held child, by type (rule 2)."""
     model = BenchModel()
@@ -62,7 +105,7 @@ async def per_child(
             if chain:
                 parent = world.live(child_id)
         await model.all_held.wait()
-        counts.append(tracked_by_type())
+        counts.append(tracked_in_detail() if detail else tracked_by_type())
     span = high - low
     growth = {name: (counts[1][name] - counts[0][name]) / span for name in counts[1] | counts[0]}
     shown = sorted(
@@ -105,6 +148,7 @@ def main() -> None:
     parser.add_argument("--floor", type=float, default=0.5, help="smallest per-child figure shown")
     parser.add_argument("--chain", action="store_true", help="W6's shape: a chain")
     parser.add_argument("--after-drain", action="store_true", help="what the drain leaves")
+    parser.add_argument("--detail", action="store_true", help="name objects by owner (rule 5)")
     parser.add_argument("--run", choices=("wide", "chain"), help="run one W7/W6 size instead")
     parser.add_argument("--size", type=int, default=1000, help="children of --run")
     args = parser.parse_args()
@@ -115,7 +159,12 @@ def main() -> None:
         json.dumps(
             asyncio.run(
                 per_child(
-                    args.low, args.high, args.floor, chain=args.chain, after_drain=args.after_drain
+                    args.low,
+                    args.high,
+                    args.floor,
+                    chain=args.chain,
+                    after_drain=args.after_drain,
+                    detail=args.detail,
                 )
             )
         )
