@@ -32,7 +32,8 @@ Theory of operation
 4. ``--one SHAPE SIZE [--by-type]`` runs one size in this process and prints its JSON; with
    ``--by-type``, at the start of each of the drain's generation-1 and full collections, the
    objects of the two young generations are counted by type and summed: what the drain
-   promotes towards a full collection (it makes no cyclic garbage, so they all survive).
+   promotes towards a full collection (it makes no cyclic garbage, so they all survive);
+   coroutines, methods and tasks are named by their code (``tracked_per_child.name_of``).
 5. Output: one Markdown table per method, each figure at each size and the ratio of the
    largest size to the smallest.
 """
@@ -53,6 +54,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bench.tracked_per_child import name_of
 from bench.world import BenchModel, JsonDict, World
 from dsh_subagent.adapters.reference.persistence import InMemoryPersistence
 from dsh_subagent.core.values import SessionId
@@ -80,7 +82,7 @@ class Probe:
             )
             if self.by_type is not None and generation >= 1:
                 for young in (0, 1):
-                    self.by_type.update(type(o).__qualname__ for o in gc.get_objects(young))
+                    self.by_type.update(name_of(o) for o in gc.get_objects(young))
             self._started = time.process_time()
         else:
             self.gc_cpu += time.process_time() - self._started

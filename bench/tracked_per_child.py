@@ -21,8 +21,9 @@ Theory of operation
    ``bench.workloads``, so the same file run against an older tree measures that tree.
 5. ``--detail`` names the objects by what they are rather than by type: a coroutine by its
    code's qualified name, a bound method or builtin by its function's, a task by its
-   coroutine's, and every other object by its type followed by the types of the tracked
-   objects that refer to it (``dict<-LiveChild``), so a cut can be aimed at one owner.
+   coroutine's, a loop callback's handle by its callback's, and every other object by its
+   type followed by the types of the tracked objects that refer to it (``dict<-LiveChild``),
+   so a cut can be aimed at one owner (``bench.gc_scaling --by-type`` names them the same).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def tracked_by_type() -> Counter[str]:
     return Counter(type(obj).__qualname__ for obj in gc.get_objects())
 
 
-def _name(obj: object) -> str:
+def name_of(obj: object) -> str:
+    """A coroutine, method, builtin or task by its code's name, else its type's (rule 5)."""
     kind = type(obj).__qualname__
     if isinstance(obj, types.CoroutineType):
         return f"coroutine {obj.cr_code.co_qualname}"
@@ -54,6 +56,10 @@ def _name(obj: object) -> str:
         return f"method {obj.__func__.__qualname__}"
     if isinstance(obj, types.BuiltinFunctionType):
         return f"builtin {type(obj.__self__).__qualname__}.{obj.__name__}"
+    if isinstance(obj, asyncio.Handle):
+        callback = getattr(obj, "_callback", None)
+        inner = getattr(callback, "__func__", callback)
+        return f"Handle {getattr(inner, '__qualname__', type(callback).__qualname__)}"
     if isinstance(obj, asyncio.Task):
         coro = obj.get_coro()
         return f"Task {getattr(getattr(coro, 'cr_code', None), 'co_qualname', '?')}"
@@ -71,7 +77,7 @@ def tracked_in_detail() -> Counter[str]:
             owners.setdefault(id(referent), set()).add(kind)
     named: Counter[str] = Counter()
     for obj in objects:
-        name = _name(obj)
+        name = name_of(obj)
         if name == type(obj).__qualname__:
             name += "<-" + ",".join(sorted(owners.get(id(obj), {"?"})))
         named[name] += 1
