@@ -293,3 +293,13 @@ def test_budget_5_a_lone_reservation_is_kept_as_it_is_more_in_a_map() -> None:
     three, third = reserved(b.reserve(none, "root", ONE_REQUEST, ONE_REQUEST, 0))
     assert three.nodes["root"].outstanding is third
     assert "root" not in b.close(b.settle(three, third, None), "root").nodes
+
+
+def test_budget_14_raised_caps_stay_plain_rows() -> None:
+    ledger = b.open_root(Ledger(), "root", Budget(model_requests=10), 0)
+    ledger = b.open_child(ledger, "root", "kid", Budget(model_requests=2), 0)
+    ledger = b.raise_caps(ledger, "kid", Budget(model_requests=4), 0)
+    assert ledger.nodes["kid"].own[0] == (4, 0, 0, 0)
+    assert ledger.nodes["root"].own[0] == (10, 0, 0, 4)
+    assert type(ledger.nodes["kid"].own[0]) is tuple  # a row, not an ``Account`` (rule 11)
+    assert type(ledger.nodes["root"].own[0]) is tuple

@@ -258,12 +258,10 @@ class BudgetBook:
         if not callable(install):
             raise _unmetered(agent)
         uninstall = install(self)
-        if agent_id is None:
-            agent_id = agent.id
-        self._node_of[agent_id] = node
+        owner = agent.id if agent_id is None else agent_id
+        self._node_of[owner] = node
         if not own:
             return
-        owner = agent_id
         self._live[owner] = agent
 
         def detach() -> None:

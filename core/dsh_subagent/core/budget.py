@@ -599,8 +599,13 @@ def raise_caps(ledger: Ledger, node: str, budget: Budget, now_ms: int) -> Ledger
             above = _own(nodes, edits, payer, index)
             if carve_from(above.remaining, extra) != extra:
                 raise _exhausted(COUNTED[index], payer)
-            edits[payer][1][index] = above._replace(carved=above.carved + extra)
-        edits[node][1][index] = mine._replace(limit=cap)
+            edits[payer][1][index] = (
+                above.limit,
+                above.consumed,
+                above.reserved,
+                above.carved + extra,
+            )
+        edits[node][1][index] = (cap, mine.consumed, mine.reserved, mine.carved)  # rows, not views
     deadline = opened.deadline_ms
     if budget.wall_ms is not None and deadline is not None:
         later = child_deadline(
