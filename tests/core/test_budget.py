@@ -269,7 +269,7 @@ def test_budget_11_a_node_keeps_plain_rows_read_as_accounts() -> None:
     assert ledger.nodes["kid"].accounts == (b.Account(limit=2), None, None)
 
 
-def test_budget_5_a_lone_reservation_is_kept_as_it_is_more_in_a_map() -> None:
+def test_budget_8_a_lone_reservation_is_kept_as_it_is_more_in_a_map() -> None:
     ledger = b.open_root(Ledger(), "root", Budget(model_requests=5), 0)
     assert not ledger.nodes["root"].outstanding
     one, first = reserved(b.reserve(ledger, "root", ONE_REQUEST, ONE_REQUEST, 0))

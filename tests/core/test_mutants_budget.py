@@ -306,7 +306,7 @@ def test_budget_8_reserve_join_and_leave_name_an_unknown_node() -> None:
     assert _refusal(b.leave, ledger, "nobody") == refused
 
 
-def test_budget_5_a_node_holding_its_reservations_in_a_map_settles_them_all() -> None:
+def test_budget_8_a_node_holding_its_reservations_in_a_map_settles_them_all() -> None:
     # a node built with its lone reservation in a map (any form a caller may build)
     # settles it to none: x__kept__mutmut_4
     ledger = b.open_root(Ledger(), "root", Budget(model_requests=3), 0)
@@ -320,7 +320,7 @@ def test_budget_5_a_node_holding_its_reservations_in_a_map_settles_them_all() ->
     assert "root" not in b.close(settled, "root").nodes
 
 
-def test_budget_5_a_reservation_of_a_closed_node_is_not_outstanding() -> None:
+def test_budget_8_a_reservation_of_a_closed_node_is_not_outstanding() -> None:
     # x_settle__mutmut_5: the node's absence is checked before its reservations are read
     ledger = b.open_root(Ledger(), "root", Budget(model_requests=3), 0)
     ledger = b.open_child(ledger, "root", "kid", Budget(model_requests=1), 0)
