@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import compare, tracked_per_child, workloads
+from bench import compare, scaling_curve, tracked_per_child, workloads
 from bench.acceptance import acceptance
 
 
@@ -318,3 +318,21 @@ def test_instructions_w3_body_builds_its_store_and_resumes_from_a_copy(tmp_path:
         subprocess.run([sys.executable, str(child), body, units], cwd=tmp_path, env=env, check=True)
     assert (tmp_path / "w3-store.sqlite").exists()
     assert (tmp_path / "w3-run.sqlite").exists()
+
+
+def test_scaling_curve_reports_median_cost_per_child_and_the_ratios_10x_apart() -> None:
+    readings = [
+        scaling_curve.Reading("wide", "on", size, ms, ms / 2)
+        for size, ms in ((100, 10.0), (100, 30.0), (100, 20.0), (1000, 240.0))
+    ]
+    rows = scaling_curve.table(readings, [100, 1000]).splitlines()
+    assert rows[0] == "| shape | gc | phase | 100 | 1,000 | 100 -> 1,000 |"
+    # the median of 10, 20, 30 ms over 100 children is 200 us each; 240 / 20 = 12x
+    assert rows[2] == "| wide | on | start us/child | 200 | 240 | 12.0x |"
+    assert rows[3] == "| wide | on | drain us/child | 100 | 120 | 12.0x |"
+
+
+def test_scaling_curve_runs_one_reading_in_a_fresh_interpreter() -> None:
+    reading = scaling_curve._fresh("chain", 5, "off")
+    assert reading.start_ms > 0
+    assert reading.drain_ms > 0
