@@ -27,8 +27,11 @@ Theory of operation
    build(N) - build(0); with no child the two bodies run the same code, so ``W7_build 0``
    is the base of both. Slow: a 10k start took 45 minutes under callgrind on a loaded
    shared machine; ``--callgrind-sizes`` picks the sizes, ``--scratch`` keeps the outputs
-   (a run already there is read, not repeated). The drains are left to the probe: their
-   callgrind runs would need the build again.
+   (a run already there is read, not repeated), ``--shapes`` the bodies. The drains are left
+   to the probe: their callgrind runs would need the build again. With ``--cache-sim`` the
+   runs also simulate a 32 KiB L1 and this machine's 32 MiB last-level cache and split their
+   L1 and last-level read misses (``D1mr``, ``DLmr``) the same way: whether the code outside
+   the collector misses the last level more per child as the tree grows.
 4. ``--one SHAPE SIZE [--by-type]`` runs one size in this process and prints its JSON; with
    ``--by-type``, at the start of each of the drain's generation-1 and full collections, the
    objects of the two young generations are counted by type and summed: what the drain
@@ -187,52 +190,75 @@ def _env() -> dict[str, str]:
     return {"PYTHONPATH": ":".join(path), "PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
 
 
-def callgrind(body: str, units: int, scratch: Path) -> tuple[int, int]:
-    """(total Ir, ``gc_collect_main``'s inclusive Ir) of one run of ``body`` (rule 3)."""
-    out = scratch / f"callgrind.{body}.{units}.out"
+CACHE_EVENTS = ("D1mr", "DLmr")  # need the cache simulation (rule 3)
+LAST_LEVEL = "--LL=33554432,16,64"  # this machine's L3: 32 MiB, 16-way, 64-byte lines
+
+
+def callgrind(
+    body: str, units: int, scratch: Path, events: tuple[str, ...] = ("Ir",)
+) -> tuple[dict[str, int], dict[str, int]]:
+    """``events`` of one run of ``body``: the program's and ``gc_collect_main``'s inclusive
+    ones (rule 3). Cache events simulate a 32 KiB L1 and this machine's 32 MiB L3."""
+    cached = any(event in CACHE_EVENTS for event in events)
+    out = scratch / f"callgrind.{body}.{units}{'.cache' if cached else ''}.out"
     if not out.exists():
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.tmp"]
+        if cached:
+            command += ["--cache-sim=yes", "--D1=32768,8,64", "--I1=32768,8,64", LAST_LEVEL]
         command += [sys.executable, "-S", str(CHILD), body, str(units)]
         subprocess.run(command, cwd=ROOT, env=_env(), check=True, capture_output=True)
         Path(f"{out}.tmp").rename(out)
-    total = re.search(r"^summary: (\d+)$", out.read_text(), re.MULTILINE)
+    text = out.read_text()
+    names = re.search(r"^events: (.+)$", text, re.MULTILINE)
+    summary = re.search(r"^summary: (.+)$", text, re.MULTILINE)
     annotated = subprocess.run(
         ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    collector = re.search(r"^\s*([\d,]+) .*:gc_collect_main\b", annotated, re.MULTILINE)
-    if total is None or collector is None:
+    line = next((x for x in annotated.splitlines() if ":gc_collect_main [" in x), None)
+    if names is None or summary is None or line is None:
         raise SystemExit(f"{out}: no summary or no gc_collect_main")
-    return int(total.group(1)), int(collector.group(1).replace(",", ""))
+    # the line's counts, each with its share in brackets ("." for none), then the function
+    counts = re.sub(r"\([^)]*\)", "", line[: line.index(":gc_collect_main")]).split()[:-1]
+    order = names.group(1).split()
+    total = dict(zip(order, map(int, summary.group(1).split()), strict=True))
+    collector = dict(
+        zip(order, (0 if c == "." else int(c.replace(",", "")) for c in counts), strict=True)
+    )
+    return {e: total[e] for e in events}, {e: collector[e] for e in events}
 
 
-def _split(total: tuple[int, int]) -> tuple[int, int, int]:
-    return total[0], total[1], total[0] - total[1]
-
-
-def callgrind_table(sizes: list[int], scratch: Path) -> str:
-    """The two starts' Ir per child at each size: all, the collector's, the rest (rule 3)."""
+def callgrind_table(
+    sizes: list[int], scratch: Path, shapes: list[str], events: tuple[str, ...] = ("Ir",)
+) -> str:
+    """The starts' ``events`` per child at each size: all, the collector's, the rest (rule 3)."""
     scratch.mkdir(parents=True, exist_ok=True)
     compile_all = [sys.executable, "-m", "compileall", "-q", "core", "adapters", "bench"]
     subprocess.run(compile_all, cwd=ROOT, check=True)
-    phases: dict[str, list[tuple[int, int, int]]] = {}
-    base = callgrind("W7_build", 0, scratch)  # with no child the two bodies are one run
-    for body, name in (("W7_build", "W7 start"), ("W6_build", "W6 start")):
-        print(f"{body} ...", file=sys.stderr, flush=True)
-        for n in sizes:
-            run = callgrind(body, n, scratch)
-            phases.setdefault(name, []).append(_split((run[0] - base[0], run[1] - base[1])))
+    # with no child the two bodies are one run: its counts are the base of both
+    base_all, base_gc = callgrind("W7_build", 0, scratch, events)
     lines = [
-        "| phase: Ir per child | " + " | ".join(f"{n:,}" for n in sizes) + " | ratio of totals |",
+        "| phase: per child | " + " | ".join(f"{n:,}" for n in sizes) + " | ratio of totals |",
         "| --- |" + " ---: |" * (len(sizes) + 1),
     ]
-    for name, values in phases.items():
-        for column, label in enumerate(("all", "collector", "outside the collector")):
-            per = " | ".join(f"{v[column] / n:,.0f}" for v, n in zip(values, sizes, strict=True))
-            ratio = values[-1][column] / values[0][column]
-            lines.append(f"| {name}: {label} | {per} | {ratio:.1f}x |")
+    for shape in shapes:
+        body, name = ("W7_build", "W7 start") if shape == "wide" else ("W6_build", "W6 start")
+        print(f"{body} ...", file=sys.stderr, flush=True)
+        runs = [callgrind(body, n, scratch, events) for n in sizes]
+        for event in events:
+            columns: dict[str, list[int]] = {"all": [], "collector": [], "outside": []}
+            for every, collector in runs:
+                grown = every[event] - base_all[event]
+                in_collector = collector[event] - base_gc[event]
+                columns["all"].append(grown)
+                columns["collector"].append(in_collector)
+                columns["outside"].append(grown - in_collector)
+            for label, values in columns.items():
+                per = " | ".join(f"{v / n:,.1f}" for v, n in zip(values, sizes, strict=True))
+                ratio = f"{values[-1] / values[0]:.1f}x" if values[0] > 0 else "-"
+                lines.append(f"| {name}: {event} {label} | {per} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -248,13 +274,18 @@ def main() -> None:
     parser.add_argument("--by-type", action="store_true", help="with --one: rule 4")
     parser.add_argument("--callgrind", action="store_true", help="Ir outside the collector")
     parser.add_argument("--callgrind-sizes", type=_sizes, default=[1000, 10000])
+    parser.add_argument(
+        "--cache-sim", action="store_true", help="with --callgrind: L1 and L3 read misses too"
+    )
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/dsh-gc-scaling"))
     args = parser.parse_args()
     if args.one:
         run = one(args.one[0], int(args.one[1]), by_type=args.by_type)
         print(json.dumps(asyncio.run(run)))
     elif args.callgrind:
-        print(callgrind_table(args.callgrind_sizes, args.scratch))
+        events = ("Ir", *CACHE_EVENTS) if args.cache_sim else ("Ir",)
+        shapes = args.shapes.split(",")
+        print(callgrind_table(args.callgrind_sizes, args.scratch, shapes, events))
     else:
         print(probe_table(args.shapes.split(","), args.sizes))
 
