@@ -16,7 +16,9 @@ Theory of operation
    a drift of the machine spreads over all sizes.
 3. The table gives, per shape, collector mode and phase, the median microseconds per child
    at each size and the ratios of the pairs 10x apart (1k -> 10k, 2k -> 20k, ...): linear
-   within 10 % is a ratio of at most 11. Progress goes to stderr, the table to stdout, and
+   within 10 % is a ratio of at most 11; and the median RSS the live tree added per child
+   (``kib_per_child``, RSS after ``gc.collect()``), whose ratio is per child: flat within
+   10 % is at most 1.1. Progress goes to stderr, the table to stdout, and
    ``--json`` writes every raw reading.
 4. Run from the repository root: ``python -m bench.scaling_curve [--shapes chain,wide,tree]
    [--sizes 1000,2000,5000,10000,20000] [--reps 3] [--gc on,off]``. Wall time; run it on a
@@ -47,6 +49,7 @@ class Reading(NamedTuple):
     size: int
     start_ms: float
     drain_ms: float
+    kib_per_child: float
 
 
 def one(shape: str, size: int, collector: str) -> dict[str, float]:
@@ -60,7 +63,7 @@ def one(shape: str, size: int, collector: str) -> dict[str, float]:
         figures["start_ms"] = float(str(figures["build_s"])) * 1e3
     else:
         figures = asyncio.run(held_drain(size, chain=shape == "chain"))
-    return {phase: float(str(figures[phase])) for phase in PHASES}
+    return {key: float(str(figures[key])) for key in (*PHASES, "kib_per_child")}
 
 
 def _fresh(shape: str, size: int, collector: str) -> Reading:
@@ -75,33 +78,40 @@ def _fresh(shape: str, size: int, collector: str) -> Reading:
         timeout=1800,
     )
     figures = json.loads(done.stdout.strip().splitlines()[-1])
-    return Reading(shape, collector, size, figures["start_ms"], figures["drain_ms"])
+    return Reading(shape, collector, size, **figures)
 
 
 def table(readings: list[Reading], sizes: list[int]) -> str:
-    """Median microseconds per child and the 10x ratios (rule 3), as a Markdown table."""
+    """Medians per child and the ratios 10x apart (rule 3), as a Markdown table: a phase's
+    microseconds (its ratio is of the totals: 11x is linear within 10 %) and the RSS the live
+    tree added (its ratio is of the KiB per child: 1.1x is flat within 10 %)."""
     pairs = [(small, small * 10) for small in sizes if small * 10 in sizes]
-    head = ["shape", "gc", "phase", *(f"{n:,}" for n in sizes)]
+    head = ["shape", "gc", "figure", *(f"{n:,}" for n in sizes)]
     head += [f"{a:,} -> {b:,}" for a, b in pairs]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     keys = sorted({(r.shape, r.collector) for r in readings}, key=lambda k: (k[0], k[1] == "off"))
     for shape, collector in keys:
-        for phase in PHASES:
-            median: dict[int, float] = {}
+        for figure in (*PHASES, "kib_per_child"):
+            memory = figure == "kib_per_child"
+            per_child: dict[int, float] = {}
             for size in sizes:
                 values = [
-                    getattr(r, phase)
+                    getattr(r, figure)
                     for r in readings
                     if (r.shape, r.collector, r.size) == (shape, collector, size)
                 ]
                 if values:
-                    median[size] = statistics.median(values)
-            cells = [f"{median[n] * 1e3 / n:.0f}" if n in median else "" for n in sizes]
-            cells += [
-                f"{median[b] / median[a]:.1f}x" if a in median and b in median else ""
-                for a, b in pairs
-            ]
-            row = [shape, collector, phase.removesuffix("_ms") + " us/child", *cells]
+                    median = statistics.median(values)
+                    per_child[size] = median if memory else median * 1e3 / size
+            digits, label = (2, "memory KiB/child") if memory else (0, f"{figure[:-3]} us/child")
+            cells = [f"{per_child[n]:.{digits}f}" if n in per_child else "" for n in sizes]
+            for a, b in pairs:
+                if a in per_child and b in per_child:
+                    ratio = per_child[b] / per_child[a]
+                    cells.append(f"{ratio if memory else ratio * 10:.2f}x")
+                else:
+                    cells.append("")
+            row = [shape, collector, label, *cells]
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

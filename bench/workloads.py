@@ -24,7 +24,9 @@ Theory of operation
 5. W4 builds a live tree of continuable children of depth 4 whose model steps are held until
    aborted, then times ``drain_continuable()`` (child-first disposal of every Activation) at
    two sizes; the ratio of the times shows how teardown scales (10x the nodes: ideal 10x).
-   It also records the time CPython's cyclic garbage collector took during the drain.
+   It also records the time CPython's cyclic garbage collector took during the drain, and
+   the RSS the live tree added per node (both sizes run in one process: memory the first
+   one freed may be reused by the next; ``bench.scaling_curve`` runs each size alone).
 6. W5 pushes ``bench/core_scaling.py``'s event stream (10 events per child life) through the
    pure ``manager.apply`` over a manager already holding live Activations; events per second.
 7. W6 starts a chain of continuable children, each the child of the one before (depth ``n``),
@@ -261,10 +263,13 @@ async def held_tree(size: int) -> World:
 
 async def w4(size: int) -> JsonDict:
     """Build a live tree of ``size`` held continuable children, then time the drain (rule 5)."""
+    gc.collect()
+    before = rss_bytes()
     built = time.perf_counter()
     world = await held_tree(size)
     build_s = time.perf_counter() - built
     gc.collect()
+    added = rss_bytes() - before
     collections = GcTimer()
     cpu0, wall0 = time.process_time_ns(), time.perf_counter_ns()
     with collections:
@@ -279,6 +284,7 @@ async def w4(size: int) -> JsonDict:
         "drain_cpu_ms": round(cpu_ns / 1e6, 2),
         "gc_ms": round(collections.seconds * 1e3, 2),
         "gc_collections": collections.counts,
+        "kib_per_child": round(added / 1024 / size, 2),
     }
 
 

@@ -322,17 +322,20 @@ def test_instructions_w3_body_builds_its_store_and_resumes_from_a_copy(tmp_path:
 
 def test_scaling_curve_reports_median_cost_per_child_and_the_ratios_10x_apart() -> None:
     readings = [
-        scaling_curve.Reading("wide", "on", size, ms, ms / 2)
+        scaling_curve.Reading("wide", "on", size, ms, ms / 2, ms / 10)
         for size, ms in ((100, 10.0), (100, 30.0), (100, 20.0), (1000, 240.0))
     ]
     rows = scaling_curve.table(readings, [100, 1000]).splitlines()
-    assert rows[0] == "| shape | gc | phase | 100 | 1,000 | 100 -> 1,000 |"
+    assert rows[0] == "| shape | gc | figure | 100 | 1,000 | 100 -> 1,000 |"
     # the median of 10, 20, 30 ms over 100 children is 200 us each; 240 / 20 = 12x
-    assert rows[2] == "| wide | on | start us/child | 200 | 240 | 12.0x |"
-    assert rows[3] == "| wide | on | drain us/child | 100 | 120 | 12.0x |"
+    assert rows[2] == "| wide | on | start us/child | 200 | 240 | 12.00x |"
+    assert rows[3] == "| wide | on | drain us/child | 100 | 120 | 12.00x |"
+    # KiB per child is a median already per child: 2.0 -> 24.0 is 12x per child
+    assert rows[4] == "| wide | on | memory KiB/child | 2.00 | 24.00 | 12.00x |"
 
 
 def test_scaling_curve_runs_one_reading_in_a_fresh_interpreter() -> None:
-    reading = scaling_curve._fresh("chain", 5, "off")
+    reading = scaling_curve._fresh("tree", 5, "off")
     assert reading.start_ms > 0
     assert reading.drain_ms > 0
+    assert isinstance(reading.kib_per_child, float)
