@@ -191,6 +191,7 @@ def _env() -> dict[str, str]:
 
 
 CACHE_EVENTS = ("D1mr", "DLmr")  # need the cache simulation (rule 3)
+START_BODIES = {"wide": ("W7_build", "W7 start"), "chain": ("W6_build", "W6 start")}
 LAST_LEVEL = "--LL=33554432,16,64"  # this machine's L3: 32 MiB, 16-way, 64-byte lines
 
 
@@ -234,6 +235,7 @@ def callgrind_table(
     sizes: list[int], scratch: Path, shapes: list[str], events: tuple[str, ...] = ("Ir",)
 ) -> str:
     """The starts' ``events`` per child at each size: all, the collector's, the rest (rule 3)."""
+    bodies = [START_BODIES[shape] for shape in shapes]  # an unknown shape fails before any run
     scratch.mkdir(parents=True, exist_ok=True)
     compile_all = [sys.executable, "-m", "compileall", "-q", "core", "adapters", "bench"]
     subprocess.run(compile_all, cwd=ROOT, check=True)
@@ -243,8 +245,7 @@ def callgrind_table(
         "| phase: per child | " + " | ".join(f"{n:,}" for n in sizes) + " | ratio of totals |",
         "| --- |" + " ---: |" * (len(sizes) + 1),
     ]
-    for shape in shapes:
-        body, name = ("W7_build", "W7 start") if shape == "wide" else ("W6_build", "W6 start")
+    for body, name in bodies:
         print(f"{body} ...", file=sys.stderr, flush=True)
         runs = [callgrind(body, n, scratch, events) for n in sizes]
         for event in events:
@@ -279,15 +280,15 @@ def main() -> None:
     )
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/dsh-gc-scaling"))
     args = parser.parse_args()
+    shapes = args.shapes.split(",")
     if args.one:
         run = one(args.one[0], int(args.one[1]), by_type=args.by_type)
         print(json.dumps(asyncio.run(run)))
     elif args.callgrind:
         events = ("Ir", *CACHE_EVENTS) if args.cache_sim else ("Ir",)
-        shapes = args.shapes.split(",")
         print(callgrind_table(args.callgrind_sizes, args.scratch, shapes, events))
     else:
-        print(probe_table(args.shapes.split(","), args.sizes))
+        print(probe_table(shapes, args.sizes))
 
 
 if __name__ == "__main__":
